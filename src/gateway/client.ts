@@ -1,0 +1,170 @@
+import { Pool } from 'undici';
+import type { Dispatcher } from 'undici';
+import { CancelledError, TransportError, UPSTREAM_ERROR_BODY_CAP } from '../pipeline/errors';
+
+/** A success body larger than this is refused: no side-call answer we read is legitimately bigger. */
+export const MAX_SIDE_CALL_RESPONSE_BYTES = 256 * 1024 * 1024;
+
+export interface SideCallOptions {
+  /** The step name used in errors and logs (`render`, `prefill`, `encode[2]`). */
+  readonly step: string;
+  /** Aborts the call when the client goes away. */
+  readonly signal: AbortSignal;
+  /** Time allowed until the response headers arrive. */
+  readonly headersTimeoutMs?: number;
+  /** Time allowed for the whole call, body included. */
+  readonly totalTimeoutMs?: number;
+  /** Statuses whose body is read in full; any other status reads at most 8 KiB (logs only). */
+  readonly okStatuses?: readonly number[];
+}
+
+export interface SideCallResponse {
+  readonly status: number;
+  readonly headers: Record<string, string>;
+  /** Full body for an ok status; at most {@link UPSTREAM_ERROR_BODY_CAP} bytes otherwise. */
+  readonly body: Buffer;
+}
+
+export interface StreamingSideCallResponse {
+  readonly status: number;
+  readonly headers: Record<string, string>;
+  /** The body as it arrives. Iterate it to the end, or call `cancel()`. */
+  readonly body: AsyncIterable<Buffer>;
+  cancel(): void;
+}
+
+/** An HTTP client bound to one base URL (the gateway, or render's own address). */
+export interface SideCallClient {
+  readonly baseUrl: string;
+  post(path: string, headers: Record<string, string>, body: string | Buffer, opts: SideCallOptions): Promise<SideCallResponse>;
+  /** Like {@link post}, but hands the body over as it streams (conditional-decode hits). */
+  postStreaming(
+    path: string,
+    headers: Record<string, string>,
+    body: string | Buffer,
+    opts: SideCallOptions,
+  ): Promise<StreamingSideCallResponse>;
+  close(): Promise<void>;
+}
+
+export interface PoolOptions {
+  /** Most idle keep-alive connections kept to the origin. */
+  readonly maxIdleConns: number;
+  /** How long an idle connection is kept, ms. */
+  readonly idleTimeoutMs: number;
+  /** Connect timeout, ms. */
+  readonly connectTimeoutMs?: number;
+}
+
+/** Lower-cases names and keeps the first value of each header. */
+function flattenHeaders(raw: Record<string, string | string[] | undefined>): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const [k, v] of Object.entries(raw)) {
+    if (v === undefined) continue;
+    out[k.toLowerCase()] = Array.isArray(v) ? (v[0] ?? '') : v;
+  }
+  return out;
+}
+
+async function readCapped(body: Dispatcher.ResponseData['body'], cap: number, step: string): Promise<{ buf: Buffer; over: boolean }> {
+  const parts: Buffer[] = [];
+  let size = 0;
+  for await (const chunk of body) {
+    const b = chunk as Buffer;
+    if (size + b.length > cap) {
+      parts.push(b.subarray(0, cap - size));
+      size = cap;
+      body.destroy();
+      return { buf: Buffer.concat(parts, size), over: true };
+    }
+    parts.push(b);
+    size += b.length;
+  }
+  void step;
+  return { buf: parts.length === 1 ? parts[0]! : Buffer.concat(parts, size), over: false };
+}
+
+/**
+ * Pooled keep-alive client. One undici Pool per base URL; calls are abortable and bounded, and
+ * every failure surfaces as a typed error ({@link TransportError} or {@link CancelledError}).
+ */
+export class PooledSideCallClient implements SideCallClient {
+  readonly baseUrl: string;
+  private readonly pool: Pool;
+  private readonly basePath: string;
+
+  constructor(baseUrl: string, opts: PoolOptions) {
+    const url = new URL(baseUrl);
+    this.baseUrl = baseUrl.replace(/\/+$/, '');
+    this.basePath = url.pathname.replace(/\/+$/, '');
+    this.pool = new Pool(url.origin, {
+      connections: opts.maxIdleConns > 0 ? null : 1,
+      keepAliveTimeout: opts.idleTimeoutMs,
+      keepAliveMaxTimeout: Math.max(opts.idleTimeoutMs, 1000),
+      connectTimeout: opts.connectTimeoutMs ?? 30_000,
+      pipelining: 1,
+    });
+  }
+
+  private async dispatch(path: string, headers: Record<string, string>, body: string | Buffer, opts: SideCallOptions) {
+    if (opts.signal.aborted) throw new CancelledError();
+    const signals: AbortSignal[] = [opts.signal];
+    if (opts.totalTimeoutMs && opts.totalTimeoutMs > 0) signals.push(AbortSignal.timeout(opts.totalTimeoutMs));
+    const signal = signals.length === 1 ? opts.signal : AbortSignal.any(signals);
+    try {
+      const res = await this.pool.request({
+        method: 'POST',
+        path: this.basePath + path,
+        headers,
+        body,
+        signal,
+        headersTimeout: opts.headersTimeoutMs && opts.headersTimeoutMs > 0 ? opts.headersTimeoutMs : 0,
+        bodyTimeout: 0,
+      });
+      return { res, signal };
+    } catch (err) {
+      throw this.transportError(err, opts, signal);
+    }
+  }
+
+  private transportError(err: unknown, opts: SideCallOptions, signal: AbortSignal): Error {
+    if (opts.signal.aborted) return new CancelledError();
+    const e = err as { code?: string; message?: string; name?: string };
+    const timedOut =
+      signal.aborted || e.code === 'UND_ERR_HEADERS_TIMEOUT' || e.code === 'UND_ERR_CONNECT_TIMEOUT' || e.name === 'TimeoutError';
+    return new TransportError(opts.step, timedOut ? 'timed out' : `request failed: ${e.code ?? e.message ?? 'unknown error'}`, timedOut);
+  }
+
+  async post(path: string, headers: Record<string, string>, body: string | Buffer, opts: SideCallOptions): Promise<SideCallResponse> {
+    const { res, signal } = await this.dispatch(path, headers, body, opts);
+    const ok = (opts.okStatuses ?? [200]).includes(res.statusCode);
+    try {
+      const { buf, over } = await readCapped(res.body, ok ? MAX_SIDE_CALL_RESPONSE_BYTES : UPSTREAM_ERROR_BODY_CAP, opts.step);
+      if (ok && over) throw new TransportError(opts.step, 'response body too large');
+      return { status: res.statusCode, headers: flattenHeaders(res.headers), body: buf };
+    } catch (err) {
+      if (err instanceof TransportError) throw err;
+      throw this.transportError(err, opts, signal);
+    }
+  }
+
+  async postStreaming(
+    path: string,
+    headers: Record<string, string>,
+    body: string | Buffer,
+    opts: SideCallOptions,
+  ): Promise<StreamingSideCallResponse> {
+    const { res } = await this.dispatch(path, headers, body, opts);
+    const stream = res.body;
+    return {
+      status: res.statusCode,
+      headers: flattenHeaders(res.headers),
+      body: stream as AsyncIterable<Buffer>,
+      cancel: () => stream.destroy(),
+    };
+  }
+
+  async close(): Promise<void> {
+    await this.pool.close();
+  }
+}

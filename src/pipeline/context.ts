@@ -1,0 +1,107 @@
+import type { Logger } from 'pino';
+
+export type JsonObject = { [key: string]: unknown };
+
+/** One image (the only modality supported) known to the pipeline, in request order. */
+export interface MultimodalEntry {
+  /** Running position among the request's images (0, 1, 2, ...). */
+  index: number;
+  /** Set by replace-media-urls. */
+  base64Data?: string;
+  contentType?: string;
+  /** Set by render. */
+  hash?: string;
+  /** Base64 msgpack from render; `""` means "resolve from the encoder cache" (sent as JSON null). */
+  kwargsData?: string;
+  placeholder?: { offset: number; length: number };
+}
+
+/** Headers the service owns on every side call; a client can never choose them. */
+const NEVER_FORWARDED = new Set([
+  'connection',
+  'keep-alive',
+  'proxy-authenticate',
+  'proxy-authorization',
+  'te',
+  'trailer',
+  'transfer-encoding',
+  'upgrade',
+  'host',
+  'content-length',
+  'content-type',
+  'epp-profile',
+]);
+
+/** What the decode step leaves for the final rewrite: the headers Envoy forwards with. */
+export interface DecodeRequest {
+  readonly headers: Record<string, string>;
+}
+
+export interface RequestContextInit {
+  requestId: string;
+  /** The inbound path without its query string. */
+  originalPath: string;
+  /** Inbound headers: lower-case names, first value of each, no pseudo-headers. */
+  headers: Record<string, string>;
+  body: JsonObject;
+  signal: AbortSignal;
+  log: Logger;
+}
+
+/**
+ * Everything about one request, for the life of one ext_proc stream. Never shared between
+ * requests; steps read and write it in pipeline order.
+ */
+export class RequestContext {
+  readonly requestId: string;
+  readonly originalPath: string;
+  readonly headers: Readonly<Record<string, string>>;
+  /** The parsed client body. Steps mutate it; it is serialised once, at the end. */
+  body: JsonObject;
+  /** `body.model` when it is a string, else `""`. */
+  readonly model: string;
+  /** True only when `body.stream` is the boolean `true`. */
+  readonly stream: boolean;
+  /** Aborted when Envoy ends the stream (the client went away). */
+  readonly signal: AbortSignal;
+  readonly log: Logger;
+
+  /** Set by render: the prompt's token ids, produced once and reused by every leg. */
+  tokenIds: number[] | null = null;
+  multimodalEntries: MultimodalEntry[] = [];
+  /** Set by encode through the EC connector: single-request maps `{mm_hash: descriptor}`. */
+  ecTransferParams: Array<Record<string, unknown>> | null = null;
+  /** Set by prefill from its response; `null` when the response carried none. */
+  kvTransferParams: Record<string, unknown> | null = {};
+  /** Set by the terminal decode step: the request is ready to be forwarded by Envoy. */
+  decode: DecodeRequest | null = null;
+
+  private forwarded: Record<string, string> | undefined;
+
+  constructor(init: RequestContextInit) {
+    this.requestId = init.requestId;
+    this.originalPath = init.originalPath;
+    this.headers = init.headers;
+    this.body = init.body;
+    this.signal = init.signal;
+    this.log = init.log;
+    this.model = typeof init.body['model'] === 'string' ? (init.body['model'] as string) : '';
+    this.stream = init.body['stream'] === true;
+  }
+
+  /**
+   * The base header set of every side call (reference §2.4): the client's headers minus
+   * hop-by-hop, content framing and the coordinator-owned `epp-profile`. Steps stamp their own
+   * headers on a copy.
+   */
+  forwardedHeaders(): Record<string, string> {
+    if (!this.forwarded) {
+      const out: Record<string, string> = {};
+      for (const [name, value] of Object.entries(this.headers)) {
+        if (!NEVER_FORWARDED.has(name)) out[name] = value;
+      }
+      this.forwarded = out;
+    }
+    return { ...this.forwarded };
+  }
+}

@@ -1,0 +1,63 @@
+/**
+ * The pipeline's result, and the only thing the Envoy layer learns about a request.
+ *
+ * `forward` rewrites the client request and lets Envoy route it; `respond` answers the client
+ * locally. Errors are classified into a `respond` before they leave the pipeline, so the protocol
+ * layer never sees an exception from a step.
+ */
+
+/** Values we publish as Envoy dynamic metadata (plain JSON-like data). */
+export type MetadataValue = string | number | boolean | null | MetadataValue[] | { [key: string]: MetadataValue };
+export type Metadata = Record<string, MetadataValue>;
+
+export interface ForwardDecision {
+  readonly kind: 'forward';
+  /** Headers to set (overwrite) on the request Envoy forwards. Names are lower-case. */
+  readonly setHeaders: Record<string, string>;
+  /** Headers to remove from the request Envoy forwards. Names are lower-case. */
+  readonly removeHeaders: readonly string[];
+  /** The new request body, or `null` to leave the client's body untouched. */
+  readonly body: Buffer | null;
+  readonly metadata: Metadata;
+}
+
+export interface RespondDecision {
+  readonly kind: 'respond';
+  readonly status: number;
+  /** Response headers. Names are lower-case. */
+  readonly headers: Record<string, string>;
+  /** A complete body, or a stream of chunks (a response relayed while it is produced). */
+  readonly body: Buffer | AsyncIterable<Buffer>;
+  readonly metadata: Metadata;
+}
+
+export type Decision = ForwardDecision | RespondDecision;
+
+/** What the protocol layer knows of an HTTP request before its body arrives. */
+export interface RequestHead {
+  readonly method: string;
+  /** The `:path` pseudo-header, including any query string. */
+  readonly path: string;
+  /** Regular (non-pseudo) headers, lower-case names, first value of each. */
+  readonly headers: Record<string, string>;
+}
+
+/**
+ * One HTTP request being processed. Created by a {@link RequestHandler} from the request head,
+ * completed once the whole body has arrived.
+ */
+export interface Exchange {
+  /** The largest body this exchange accepts; above it the protocol layer calls {@link tooLarge}. */
+  readonly maxBodyBytes: number;
+  /** Runs the pipeline over the complete body. Never rejects: failures come back as `respond`. */
+  complete(body: Buffer): Promise<Decision>;
+  /** The answer for a body over {@link maxBodyBytes}. */
+  tooLarge(receivedBytes: number): Decision;
+  /** Envoy ended the stream early (the client went away): abort everything in flight. */
+  abort(reason: string): void;
+}
+
+export interface RequestHandler {
+  /** Returns `null` for requests that pass through Envoy untouched (their body is not read). */
+  begin(head: RequestHead): Exchange | null;
+}

@@ -1,0 +1,114 @@
+/**
+ * Error kinds a step may raise, and the one place they are turned into a client answer.
+ *
+ * Upstream error bodies are kept on the error for logs only; {@link classify} never puts them in
+ * what the client sees.
+ */
+
+/** Invalid client input. Always a 400; the message is ours and safe to show. */
+export class BadRequestError extends Error {
+  override readonly name = 'BadRequestError';
+}
+
+/** The request body is above the configured limit. */
+export class PayloadTooLargeError extends Error {
+  override readonly name = 'PayloadTooLargeError';
+  constructor(message = 'request body too large') {
+    super(message);
+  }
+}
+
+/** Upstream error bodies are read up to this many bytes, for logs only. */
+export const UPSTREAM_ERROR_BODY_CAP = 8192;
+
+/** A side call answered with a status other than the one the step needs. */
+export class UpstreamError extends Error {
+  override readonly name = 'UpstreamError';
+  constructor(
+    /** `render`, `prefill`, `encode[<i>]`, ... */
+    readonly step: string,
+    readonly status: number,
+    /** At most {@link UPSTREAM_ERROR_BODY_CAP} bytes of the upstream body, never shown to clients. */
+    readonly body: string,
+  ) {
+    super(`${step}: upstream returned HTTP ${status}`);
+  }
+}
+
+/** A side call never got a status: connect failure, reset, timeout, abort. */
+export class TransportError extends Error {
+  override readonly name = 'TransportError';
+  constructor(
+    readonly step: string,
+    message: string,
+    readonly timedOut = false,
+  ) {
+    super(`${step}: ${message}`);
+  }
+}
+
+/** The client went away (Envoy ended the stream) before the pipeline finished. */
+export class CancelledError extends Error {
+  override readonly name = 'CancelledError';
+  constructor(message = 'pipeline cancelled: client went away') {
+    super(message);
+  }
+}
+
+/** How an error is reported: in dynamic metadata, metrics and logs. */
+export type ErrorClass =
+  | 'bad_request'
+  | 'payload_too_large'
+  | 'upstream_4xx'
+  | 'upstream_5xx'
+  | 'transport'
+  | 'cancelled'
+  | 'internal';
+
+export interface ClassifiedError {
+  readonly status: number;
+  readonly errorClass: ErrorClass;
+  /** OpenAI error `type`. */
+  readonly type: 'invalid_request_error' | 'api_error';
+  /** Client-safe message; never contains upstream text. */
+  readonly message: string;
+  /** The upstream status, when a side call answered. */
+  readonly upstreamStatus?: number;
+}
+
+/** Maps any thrown value to the client's answer (reference §5.5). */
+export function classify(err: unknown, requestId: string): ClassifiedError {
+  const id = ` (request_id: ${requestId})`;
+  if (err instanceof BadRequestError) {
+    return { status: 400, errorClass: 'bad_request', type: 'invalid_request_error', message: err.message + id };
+  }
+  if (err instanceof PayloadTooLargeError) {
+    return { status: 413, errorClass: 'payload_too_large', type: 'invalid_request_error', message: err.message + id };
+  }
+  if (err instanceof UpstreamError) {
+    if (err.status >= 400 && err.status < 500) {
+      return {
+        status: err.status,
+        errorClass: 'upstream_4xx',
+        type: 'invalid_request_error',
+        message: `${err.step} rejected the request: HTTP ${err.status}${id}`,
+        upstreamStatus: err.status,
+      };
+    }
+    return { status: 502, errorClass: 'upstream_5xx', type: 'api_error', message: 'internal error' + id, upstreamStatus: err.status };
+  }
+  if (err instanceof TransportError) {
+    return { status: 502, errorClass: 'transport', type: 'api_error', message: 'internal error' + id };
+  }
+  if (err instanceof CancelledError) {
+    return { status: 502, errorClass: 'cancelled', type: 'api_error', message: 'internal error' + id };
+  }
+  return { status: 502, errorClass: 'internal', type: 'api_error', message: 'internal error' + id };
+}
+
+/** The OpenAI-style error body: `{"error":{"message","type","param","code"}}`. */
+export function errorBody(c: ClassifiedError): Buffer {
+  return Buffer.from(
+    JSON.stringify({ error: { message: c.message, type: c.type, param: null, code: c.status } }),
+  );
+}

@@ -1,0 +1,38 @@
+import type { RequestContext } from './context';
+import { CancelledError } from './errors';
+import type { Step, StepResponse } from './step';
+
+export interface StepTiming {
+  readonly step: string;
+  readonly ms: number;
+}
+
+export type PipelineOutcome =
+  | { readonly kind: 'completed'; readonly timings: StepTiming[] }
+  | { readonly kind: 'responded'; readonly response: StepResponse; readonly step: string; readonly timings: StepTiming[] }
+  | { readonly kind: 'failed'; readonly error: unknown; readonly step: string; readonly timings: StepTiming[] };
+
+/**
+ * Runs the steps strictly in order. Before each step the client's signal is checked; a step that
+ * answers the client ends the pipeline; the first error ends it too. Never throws.
+ */
+export async function runPipeline(steps: readonly Step[], ctx: RequestContext): Promise<PipelineOutcome> {
+  const timings: StepTiming[] = [];
+  for (const step of steps) {
+    if (ctx.signal.aborted) {
+      return { kind: 'failed', error: new CancelledError(), step: step.type, timings };
+    }
+    const started = performance.now();
+    try {
+      const outcome = await step.execute(ctx);
+      timings.push({ step: step.type, ms: performance.now() - started });
+      if (outcome && 'respond' in outcome) {
+        return { kind: 'responded', response: outcome.respond, step: step.type, timings };
+      }
+    } catch (error) {
+      timings.push({ step: step.type, ms: performance.now() - started });
+      return { kind: 'failed', error, step: step.type, timings };
+    }
+  }
+  return { kind: 'completed', timings };
+}
