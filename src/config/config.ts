@@ -1,0 +1,213 @@
+import { readFileSync } from 'node:fs';
+import yaml from 'js-yaml';
+import { ConfigError } from './errors';
+import { parseDuration } from './duration';
+import { KEYS, type KeySpec } from './schema';
+
+export interface StepConfig {
+  readonly type: string;
+  readonly params: Record<string, unknown>;
+}
+
+export interface AppConfig {
+  readonly logLevel: number;
+  readonly server: {
+    readonly listenAddr: string;
+    readonly maxRequestBodyBytes: number;
+    readonly bodyMode: 'auto' | 'full_duplex' | 'buffered';
+    readonly metadataNamespace: string;
+    readonly shutdownTimeoutMs: number;
+  };
+  readonly gateway: {
+    readonly address: string;
+    readonly timeoutMs: number;
+    readonly maxIdleConnsPerHost: number;
+    readonly idleConnTimeoutMs: number;
+  };
+  readonly pipeline: {
+    readonly kvConnector: string | undefined;
+    readonly ecConnector: string | undefined;
+    readonly useOpenaiFormat: boolean;
+    readonly steps: readonly StepConfig[];
+  };
+  /** Unknown keys and inert upstream keys, to log at start-up. */
+  readonly warnings: readonly string[];
+}
+
+const MIB = 1024 * 1024;
+const KNOWN_SECTIONS: Record<string, Set<string>> = {};
+for (const spec of KEYS) {
+  const dot = spec.key.indexOf('.');
+  if (dot < 0) continue;
+  const section = spec.key.slice(0, dot);
+  (KNOWN_SECTIONS[section] ??= new Set()).add(spec.key.slice(dot + 1));
+}
+KNOWN_SECTIONS['pipeline']!.add('steps');
+
+function isMap(v: unknown): v is Record<string, unknown> {
+  return typeof v === 'object' && v !== null && !Array.isArray(v);
+}
+
+function lookup(root: Record<string, unknown>, key: string): unknown {
+  let cur: unknown = root;
+  for (const part of key.split('.')) {
+    if (!isMap(cur)) return undefined;
+    cur = cur[part];
+  }
+  return cur;
+}
+
+/** `server.max_request_body_size` -> `COORDINATOR_SERVER_MAX_REQUEST_BODY_SIZE`, as upstream. */
+export function envName(key: string): string {
+  return 'COORDINATOR_' + key.toUpperCase().replace(/\./g, '_');
+}
+
+/** Environment values are text; they are read with the key's own type. */
+function fromEnv(spec: KeySpec, text: string): unknown {
+  switch (spec.type) {
+    case 'int': {
+      const n = Number(text.trim());
+      return text.trim() !== '' && Number.isFinite(n) ? n : text;
+    }
+    case 'bool': {
+      const t = text.trim().toLowerCase();
+      if (t === 'true' || t === '1') return true;
+      if (t === 'false' || t === '0') return false;
+      return text;
+    }
+    default:
+      return text;
+  }
+}
+
+function checkValue(spec: KeySpec, v: unknown, where: string): number | boolean | string {
+  switch (spec.type) {
+    case 'int':
+      if (typeof v !== 'number' || !Number.isInteger(v)) throw new ConfigError(where, 'an integer', v);
+      if (spec.min !== undefined && v < spec.min) throw new ConfigError(where, `an integer >= ${spec.min}`, v);
+      return v;
+    case 'bool':
+      if (typeof v !== 'boolean') throw new ConfigError(where, 'true or false', v);
+      return v;
+    case 'duration': {
+      const ms = typeof v === 'string' ? parseDuration(v) : null;
+      if (ms === null) throw new ConfigError(where, 'a duration such as "30s"', v);
+      return ms;
+    }
+    case 'enum':
+      if (typeof v !== 'string' || !spec.values!.includes(v)) throw new ConfigError(where, `one of ${spec.values!.join(', ')}`, v);
+      return v;
+    case 'string':
+      if (typeof v !== 'string') throw new ConfigError(where, 'a string', v);
+      return v;
+  }
+}
+
+function parseSteps(raw: unknown): StepConfig[] {
+  if (raw === undefined || raw === null) return [];
+  if (!Array.isArray(raw)) throw new ConfigError('pipeline.steps', 'a list of {type, params}', raw);
+  return raw.map((item, i) => {
+    if (!isMap(item)) throw new ConfigError(`pipeline.steps[${i}]`, 'a map with a "type"', item);
+    if (typeof item['type'] !== 'string' || item['type'] === '') throw new ConfigError(`pipeline.steps[${i}].type`, 'a step type name', item['type']);
+    const params = item['params'];
+    if (params !== undefined && params !== null && !isMap(params)) throw new ConfigError(`pipeline.steps[${i}].params`, 'a map', params);
+    return { type: item['type'], params: { ...(params ?? {}) } };
+  });
+}
+
+/**
+ * Builds the configuration from a parsed YAML document and the environment. Environment overrides
+ * (`COORDINATOR_<KEY>`) win over the file, for every scalar key. Step params cannot be set from the
+ * environment (they live in a list), as upstream.
+ */
+export function parseConfig(doc: unknown, env: NodeJS.ProcessEnv = process.env): AppConfig {
+  if (doc === undefined || doc === null) doc = {};
+  if (!isMap(doc)) throw new ConfigError('(top level)', 'a map of sections (server, gateway, pipeline, ...)', doc);
+  const warnings: string[] = [];
+  for (const [section, value] of Object.entries(doc)) {
+    if (section === 'log_level') continue;
+    const known = KNOWN_SECTIONS[section];
+    if (!known) {
+      warnings.push(`unknown top-level key "${section}" ignored`);
+      continue;
+    }
+    if (value === null || value === undefined) continue;
+    if (!isMap(value)) throw new ConfigError(section, 'a map', value);
+    for (const k of Object.keys(value)) if (!known.has(k)) warnings.push(`unknown key "${section}.${k}" ignored`);
+  }
+
+  const values = new Map<string, number | boolean | string | undefined>();
+  for (const spec of KEYS) {
+    const envText = env[envName(spec.key)];
+    let raw: unknown = lookup(doc, spec.key);
+    let where = spec.key;
+    if (envText !== undefined) {
+      raw = fromEnv(spec, envText);
+      where = `${spec.key} (from ${envName(spec.key)})`;
+    }
+    if (raw === undefined || raw === null) {
+      values.set(spec.key, spec.default === undefined ? undefined : checkValue(spec, spec.default, spec.key));
+      continue;
+    }
+    if (spec.inert) warnings.push(`${spec.key} has no effect in the ext_proc service (Envoy owns client connections)`);
+    values.set(spec.key, checkValue(spec, raw, where));
+  }
+  const get = <T>(k: string) => values.get(k) as T;
+
+  const bodyMb = get<number>('server.max_request_body_size') || 64;
+  if (bodyMb * MIB > 1024 * MIB) throw new ConfigError('server.max_request_body_size', 'at most 1024 (MiB)', bodyMb);
+  const kv = get<string | undefined>('pipeline.kv_connector');
+  const ec = get<string | undefined>('pipeline.ec_connector');
+  const pipelineDoc = isMap(doc['pipeline']) ? doc['pipeline'] : {};
+  const address = (get<string | undefined>('gateway.address') ?? '').replace(/\/+$/, '');
+  if (address !== '') {
+    let url: URL;
+    try {
+      url = new URL(address);
+    } catch {
+      throw new ConfigError('gateway.address', 'an http:// or https:// URL', address);
+    }
+    if (url.protocol !== 'http:' && url.protocol !== 'https:') throw new ConfigError('gateway.address', 'an http:// or https:// URL', address);
+  }
+
+  return {
+    logLevel: get<number>('log_level'),
+    server: {
+      listenAddr: get<string>('server.listen_addr'),
+      maxRequestBodyBytes: bodyMb * MIB,
+      bodyMode: get<'auto' | 'full_duplex' | 'buffered'>('server.body_mode'),
+      metadataNamespace: get<string>('server.metadata_namespace'),
+      shutdownTimeoutMs: get<number>('server.shutdown_timeout'),
+    },
+    gateway: {
+      address,
+      timeoutMs: get<number>('gateway.timeout'),
+      maxIdleConnsPerHost: get<number>('gateway.max_idle_conns_per_host'),
+      idleConnTimeoutMs: get<number>('gateway.idle_conn_timeout'),
+    },
+    pipeline: {
+      kvConnector: kv === '' ? undefined : kv,
+      ecConnector: ec === '' ? undefined : ec,
+      useOpenaiFormat: get<boolean>('pipeline.use_openai_format'),
+      steps: parseSteps(pipelineDoc['steps']),
+    },
+    warnings,
+  };
+}
+
+/** Reads and parses a YAML config file; a missing or unparsable file is a {@link ConfigError}. */
+export function loadConfig(path: string, env: NodeJS.ProcessEnv = process.env): AppConfig {
+  let text: string;
+  try {
+    text = readFileSync(path, 'utf8');
+  } catch (err) {
+    throw new ConfigError('--config', `a readable YAML file at ${path}`, (err as Error).message);
+  }
+  let doc: unknown;
+  try {
+    doc = yaml.load(text);
+  } catch (err) {
+    throw new ConfigError('--config', `valid YAML in ${path}`, (err as Error).message.split('\n')[0]);
+  }
+  return parseConfig(doc, env);
+}

@@ -1,0 +1,36 @@
+/**
+ * The one description of every scalar configuration key: its type, default and meaning. The loader,
+ * the environment overrides and the generated configuration reference all read this table.
+ */
+
+export type KeyType = 'int' | 'bool' | 'string' | 'duration' | 'enum';
+
+export interface KeySpec {
+  readonly key: string;
+  readonly type: KeyType;
+  /** Defaults are given in the YAML form (durations as strings). `undefined` = no default. */
+  readonly default: number | boolean | string | undefined;
+  readonly doc: string;
+  readonly values?: readonly string[];
+  readonly min?: number;
+  /** Accepted for compatibility with the upstream HTTP server's config; has no effect here. */
+  readonly inert?: boolean;
+}
+
+export const KEYS: readonly KeySpec[] = [
+  { key: 'log_level', type: 'int', default: 2, min: 0, doc: 'Verbosity: 1 warn, 2 info, 3 verbose, 4 debug, 5 trace (trace logs redacted bodies).' },
+  { key: 'server.listen_addr', type: 'string', default: '0.0.0.0:50051', doc: 'gRPC ext_proc listener, `host:port` (`:port` = all interfaces).' },
+  { key: 'server.max_request_body_size', type: 'int', default: 64, min: 0, doc: 'Largest request body in MiB; above it the client gets 413. 0 means 64.' },
+  { key: 'server.body_mode', type: 'enum', default: 'auto', values: ['auto', 'full_duplex', 'buffered'], doc: 'Body mode assumed when Envoy does not announce one (protocol_config, sent by Envoy >= 1.34, always wins). `auto` assumes full_duplex.' },
+  { key: 'server.metadata_namespace', type: 'string', default: 'epd.coordinator', doc: 'Dynamic metadata namespace written on every request; list it in the filter\'s metadata_options.receiving_namespaces.' },
+  { key: 'server.shutdown_timeout', type: 'duration', default: '25s', doc: 'On SIGTERM, how long in-flight streams may finish before the process exits.' },
+  { key: 'server.read_timeout', type: 'duration', default: '30s', inert: true, doc: 'Upstream HTTP listener setting; accepted, no effect (Envoy owns client connections).' },
+  { key: 'server.write_timeout', type: 'duration', default: '120s', inert: true, doc: 'Upstream HTTP listener setting; accepted, no effect (Envoy owns client connections).' },
+  { key: 'gateway.address', type: 'string', default: undefined, doc: 'Base URL of the Inference Gateway listener that side calls re-enter (e.g. `http://127.0.0.1:8081`). Required when a gateway-facing step is configured.' },
+  { key: 'gateway.timeout', type: 'duration', default: '60s', doc: 'Response-header timeout of every gateway side call.' },
+  { key: 'gateway.max_idle_conns_per_host', type: 'int', default: 100, min: 0, doc: 'Idle keep-alive connections kept to the gateway.' },
+  { key: 'gateway.idle_conn_timeout', type: 'duration', default: '90s', doc: 'How long an idle gateway connection is kept.' },
+  { key: 'pipeline.kv_connector', type: 'string', default: undefined, doc: 'KV connector injected into every step: kv-shared-storage (default), kv-nixl, kv-sglang.' },
+  { key: 'pipeline.ec_connector', type: 'string', default: undefined, doc: 'EC connector injected into every step: ec-shared-storage (default), ec-nixl.' },
+  { key: 'pipeline.use_openai_format', type: 'bool', default: true, doc: 'false sends the tokens-in `/inference/v1/generate` format to encode and prefill; requires a render step.' },
+];

@@ -1,0 +1,37 @@
+import type { StepConfig } from '../config/config';
+import { ConfigError } from '../config/errors';
+import type { StepRegistry } from './registry';
+import type { Step, StepDeps } from './step';
+
+export interface PipelineSettings {
+  readonly kvConnector: string | undefined;
+  readonly ecConnector: string | undefined;
+  readonly useOpenaiFormat: boolean;
+  readonly steps: readonly StepConfig[];
+}
+
+/**
+ * Builds the ordered step list. As upstream, the pipeline-level `kv_connector`, `ec_connector` and
+ * `use_openai_format` are injected into every step's params unless the step sets its own.
+ */
+export function buildPipeline(settings: PipelineSettings, registry: StepRegistry, deps: StepDeps): Step[] {
+  if (!settings.useOpenaiFormat && !settings.steps.some((s) => s.type === 'render')) {
+    throw new ConfigError(
+      'pipeline.use_openai_format',
+      'true, or a "render" step in pipeline.steps (the tokens-in format sends token IDs that render produces)',
+      false,
+    );
+  }
+  return settings.steps.map((cfg, i) => {
+    const params: Record<string, unknown> = { ...cfg.params };
+    if (settings.kvConnector && params['kv_connector'] === undefined) params['kv_connector'] = settings.kvConnector;
+    if (settings.ecConnector && params['ec_connector'] === undefined) params['ec_connector'] = settings.ecConnector;
+    if (params['use_openai_format'] === undefined) params['use_openai_format'] = settings.useOpenaiFormat;
+    try {
+      return registry.build(cfg.type, params, deps, i);
+    } catch (err) {
+      if (err instanceof ConfigError) throw err;
+      throw new ConfigError(`pipeline.steps[${i}] (${cfg.type})`, 'valid params', (err as Error).message);
+    }
+  });
+}

@@ -1,0 +1,170 @@
+import type { Logger } from 'pino';
+import { RequestContext, type JsonObject } from './context';
+import type { Decision, Exchange, Metadata, RequestHandler, RequestHead, RespondDecision } from './decision';
+import { BadRequestError, PayloadTooLargeError, UpstreamError, classify, errorBody } from './errors';
+import { runPipeline, type StepTiming } from './executor';
+import { sanitiseRequestId } from './request-id';
+import type { Step } from './step';
+
+/** The three inference routes; every other request passes through Envoy untouched. */
+export const INFERENCE_PATHS: ReadonlySet<string> = new Set(['/v1/chat/completions', '/v1/completions', '/inference/v1/generate']);
+
+export interface HandlerOptions {
+  readonly steps: readonly Step[];
+  readonly maxBodyBytes: number;
+  readonly log: Logger;
+}
+
+const JSON_HEADERS = { 'content-type': 'application/json' } as const;
+
+function round(ms: number): number {
+  return Math.round(ms * 100) / 100;
+}
+
+function stripQuery(path: string): string {
+  const q = path.indexOf('?');
+  return q < 0 ? path : path.slice(0, q);
+}
+
+function timingMetadata(timings: readonly StepTiming[]): Metadata {
+  const stepMs: Record<string, number> = {};
+  for (const t of timings) stepMs[t.step] = round((stepMs[t.step] ?? 0) + t.ms);
+  return { step_ms: stepMs, steps: timings.map((t) => `${t.step}:${round(t.ms)}`).join(',') };
+}
+
+/** Parses the client body once. Anything but a JSON object is a 400, as upstream. */
+function parseBody(body: Buffer): JsonObject {
+  let parsed: unknown;
+  try {
+    parsed = JSON.parse(body.toString('utf8'));
+  } catch {
+    throw new BadRequestError('invalid JSON body');
+  }
+  if (typeof parsed !== 'object' || parsed === null || Array.isArray(parsed)) throw new BadRequestError('invalid JSON body');
+  return parsed as JsonObject;
+}
+
+/**
+ * Bridges the protocol layer to the pipeline: one {@link Exchange} per inference request. It parses
+ * the body once, runs the steps, serialises the final body once, and turns every outcome into a
+ * {@link Decision} carrying the access-log metadata.
+ */
+export class PipelineHandler implements RequestHandler {
+  constructor(private readonly opts: HandlerOptions) {}
+
+  begin(head: RequestHead): Exchange | null {
+    const path = stripQuery(head.path);
+    if (head.method !== 'POST' || !INFERENCE_PATHS.has(path)) return null;
+    return new PipelineExchange(this.opts, path, head.headers);
+  }
+}
+
+class PipelineExchange implements Exchange {
+  readonly maxBodyBytes: number;
+  private readonly controller = new AbortController();
+  private readonly requestId: string;
+  private readonly log: Logger;
+  private readonly started = performance.now();
+
+  constructor(
+    private readonly opts: HandlerOptions,
+    private readonly path: string,
+    private readonly headers: Record<string, string>,
+  ) {
+    this.maxBodyBytes = opts.maxBodyBytes;
+    const rid = sanitiseRequestId(headers['x-request-id']);
+    this.requestId = rid.id;
+    this.log = opts.log.child({ 'x-request-id': rid.id });
+    if (rid.rejectedLength !== undefined) this.log.info({ length: rid.rejectedLength }, 'client x-request-id rejected; generated a new one');
+  }
+
+  abort(reason: string): void {
+    if (!this.controller.signal.aborted) {
+      this.log.debug({ reason }, 'stream ended before the pipeline finished; aborting side calls');
+      this.controller.abort(reason);
+    }
+  }
+
+  tooLarge(receivedBytes: number): Decision {
+    this.log.info({ received_bytes: receivedBytes, limit: this.maxBodyBytes }, 'request body too large');
+    return this.failure(new PayloadTooLargeError(), 'parse', [], {});
+  }
+
+  async complete(raw: Buffer): Promise<Decision> {
+    const parseStart = performance.now();
+    let body: JsonObject;
+    try {
+      body = parseBody(raw);
+    } catch (err) {
+      return this.failure(err, 'parse', [], {});
+    }
+    const parseMs = performance.now() - parseStart;
+    const ctx = new RequestContext({
+      requestId: this.requestId,
+      originalPath: this.path,
+      headers: this.headers,
+      body,
+      signal: this.controller.signal,
+      log: this.log,
+    });
+    const outcome = await runPipeline(this.opts.steps, ctx);
+    const facts: Metadata = {
+      parse_ms: round(parseMs),
+      token_count: ctx.tokenIds?.length ?? 0,
+      mm_entries: ctx.multimodalEntries.length,
+    };
+    switch (outcome.kind) {
+      case 'failed':
+        return this.failure(outcome.error, outcome.step, outcome.timings, facts);
+      case 'responded': {
+        const r = outcome.response;
+        return {
+          kind: 'respond',
+          status: r.status,
+          headers: r.headers,
+          body: r.body,
+          metadata: this.metadata('cache_hit', outcome.timings, { ...facts, status: r.status }),
+        };
+      }
+      case 'completed':
+        if (!ctx.decode) {
+          // No step produced a decode request: the client's request goes on as it came.
+          return { kind: 'forward', setHeaders: {}, removeHeaders: [], body: null, metadata: this.metadata('passthrough', outcome.timings, facts) };
+        }
+        try {
+          return {
+            kind: 'forward',
+            setHeaders: ctx.decode.headers,
+            removeHeaders: [],
+            body: Buffer.from(JSON.stringify(ctx.body), 'utf8'),
+            metadata: this.metadata('cascade', outcome.timings, facts),
+          };
+        } catch (err) {
+          return this.failure(err, 'decode', outcome.timings, facts);
+        }
+    }
+  }
+
+  private metadata(path: string, timings: readonly StepTiming[], extra: Metadata): Metadata {
+    return {
+      request_id: this.requestId,
+      path_taken: path,
+      ...timingMetadata(timings),
+      ...extra,
+      total_ms: round(performance.now() - this.started),
+    };
+  }
+
+  private failure(err: unknown, step: string, timings: readonly StepTiming[], facts: Metadata): RespondDecision {
+    const c = classify(err, this.requestId);
+    const fields = { step, error_class: c.errorClass, status: c.status, upstream_status: c.upstreamStatus, err: (err as Error)?.message };
+    if (err instanceof UpstreamError && this.log.isLevelEnabled('debug')) {
+      this.log.debug({ ...fields, upstream_body: err.body }, 'upstream error body (not returned to the client)');
+    }
+    if (c.status >= 500) this.log.warn(fields, 'request failed');
+    else this.log.info(fields, 'request rejected');
+    const extra: Metadata = { ...facts, status: c.status, error_step: step, error_class: c.errorClass };
+    if (c.upstreamStatus !== undefined) extra['upstream_status'] = c.upstreamStatus;
+    return { kind: 'respond', status: c.status, headers: { ...JSON_HEADERS }, body: errorBody(c), metadata: this.metadata('error', timings, extra) };
+  }
+}

@@ -1,0 +1,42 @@
+/**
+ * Wire-format resolution (reference §2.5): which body shape and which path a leg uses.
+ */
+
+/** The three body shapes the coordinator emits. */
+export type WireFormat = 'chat' | 'completions' | 'generate';
+
+export const CHAT_COMPLETIONS_PATH = '/v1/chat/completions';
+export const COMPLETIONS_PATH = '/v1/completions';
+export const GENERATE_PATH = '/inference/v1/generate';
+
+const PATHS: Readonly<Record<WireFormat, string>> = {
+  chat: CHAT_COMPLETIONS_PATH,
+  completions: COMPLETIONS_PATH,
+  generate: GENERATE_PATH,
+};
+
+/**
+ * The format a path names. Substring matches, as upstream, so a prefixed path such as
+ * `/tenant/v1/chat/completions` still counts; anything unrecognised is generate.
+ */
+export function detectFormat(path: string): WireFormat {
+  if (path.includes(CHAT_COMPLETIONS_PATH)) return 'chat';
+  if (path.includes(COMPLETIONS_PATH)) return 'completions';
+  return 'generate';
+}
+
+/**
+ * The format encode, prefill and decode shape their bodies in. Completions is always honoured;
+ * with `use_openai_format: false` everything else collapses to generate, the tokens-in format.
+ */
+export function resolveFormat(useOpenAIFormat: boolean, path: string): WireFormat {
+  const detected = detectFormat(path);
+  if (detected === 'completions') return detected;
+  if (!useOpenAIFormat) return 'generate';
+  return detected;
+}
+
+/** The gateway path a leg in `format` is POSTed to (encode and prefill; decode keeps the client path). */
+export function pathForFormat(format: WireFormat): string {
+  return PATHS[format];
+}

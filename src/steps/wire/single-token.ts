@@ -1,0 +1,33 @@
+import type { JsonObject } from '../../pipeline/context';
+import type { WireFormat } from './format';
+import { isJsonObject } from './json';
+
+/**
+ * Turns a body into a single-output-token, non-streaming request for the synthetic prefill and
+ * encode legs (reference §2.6). The limits live in `sampling_params` for generate (created when
+ * absent or not an object) and at the top level otherwise; `stream` and `stream_options` are
+ * always top-level. `min_tokens` is removed rather than clamped so it can never exceed the cap.
+ * `max_completion_tokens` is capped only if present, never added; `max_output_tokens` is left
+ * alone, as upstream.
+ *
+ * Mutates `body` (and, for generate, its `sampling_params` object) and returns the object the
+ * token limits were written to.
+ */
+export function capSingleTokenOutput(body: JsonObject, format: WireFormat): JsonObject {
+  let target = body;
+  if (format === 'generate') {
+    const sp = body['sampling_params'];
+    if (isJsonObject(sp)) {
+      target = sp;
+    } else {
+      target = {};
+      body['sampling_params'] = target;
+    }
+  }
+  target['max_tokens'] = 1;
+  delete target['min_tokens'];
+  if (Object.prototype.hasOwnProperty.call(body, 'max_completion_tokens')) body['max_completion_tokens'] = 1;
+  body['stream'] = false;
+  delete body['stream_options'];
+  return target;
+}
