@@ -5,7 +5,7 @@ import { PooledSideCallClient, type SideCallClient } from './gateway/client';
 import { buildPipeline } from './pipeline/builder';
 import { PipelineHandler } from './pipeline/handler';
 import { StepRegistry } from './pipeline/registry';
-import type { StepDeps } from './pipeline/step';
+import type { Route, StepDeps } from './pipeline/step';
 import { registerBuiltinSteps } from './steps';
 import { createLogger } from './observability/logger';
 
@@ -36,6 +36,7 @@ export async function startService(config: AppConfig, opts: { log?: Logger } = {
       })
     : missingGateway();
   clients.push(gateway);
+  const routes: Route[] = [];
   const deps: StepDeps = {
     gateway,
     clientFor: (baseUrl, o) => {
@@ -45,11 +46,12 @@ export async function startService(config: AppConfig, opts: { log?: Logger } = {
     },
     gatewayTimeoutMs: config.gateway.timeoutMs,
     log,
+    registerRoute: (route) => routes.push(route),
   };
   const registry = new StepRegistry();
   registerBuiltinSteps(registry);
   const steps = buildPipeline(config.pipeline, registry, deps);
-  const handler = new PipelineHandler({ steps, maxBodyBytes: config.server.maxRequestBodyBytes, log });
+  const handler = new PipelineHandler({ steps, routes, maxBodyBytes: config.server.maxRequestBodyBytes, log });
 
   const server: ExtProcServer = await startExtProcServer({
     address: config.server.listenAddr,

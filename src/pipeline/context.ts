@@ -55,6 +55,7 @@ export interface RequestContextInit {
 export class RequestContext {
   readonly requestId: string;
   readonly originalPath: string;
+  /** Inbound headers (lower-case, first value), plus any a step stamped with {@link stampHeader}. */
   readonly headers: Readonly<Record<string, string>>;
   /** The parsed client body. Steps mutate it; it is serialised once, at the end. */
   body: JsonObject;
@@ -77,16 +78,33 @@ export class RequestContext {
   decode: DecodeRequest | null = null;
 
   private forwarded: Record<string, string> | undefined;
+  private readonly stamped: Record<string, string> = {};
 
   constructor(init: RequestContextInit) {
     this.requestId = init.requestId;
     this.originalPath = init.originalPath;
-    this.headers = init.headers;
+    this.headers = { ...init.headers };
     this.body = init.body;
     this.signal = init.signal;
     this.log = init.log;
     this.model = typeof init.body['model'] === 'string' ? (init.body['model'] as string) : '';
     this.stream = init.body['stream'] === true;
+  }
+
+  /**
+   * Sets a header server-side (e.g. an objective the async broker classified). It replaces any client
+   * value, reaches every later side call, and is set on the request Envoy finally forwards.
+   */
+  stampHeader(name: string, value: string): void {
+    const key = name.toLowerCase();
+    (this.headers as Record<string, string>)[key] = value;
+    this.stamped[key] = value;
+    this.forwarded = undefined;
+  }
+
+  /** Headers stamped by steps, for the final request. */
+  stampedHeaders(): Readonly<Record<string, string>> {
+    return this.stamped;
   }
 
   /**

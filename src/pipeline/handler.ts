@@ -4,13 +4,15 @@ import type { Decision, Exchange, Metadata, RequestHandler, RequestHead, Respond
 import { BadRequestError, PayloadTooLargeError, UpstreamError, classify, errorBody } from './errors';
 import { runPipeline, type StepTiming } from './executor';
 import { sanitiseRequestId } from './request-id';
-import type { Step } from './step';
+import type { Route, Step } from './step';
 
 /** The three inference routes; every other request passes through Envoy untouched. */
 export const INFERENCE_PATHS: ReadonlySet<string> = new Set(['/v1/chat/completions', '/v1/completions', '/inference/v1/generate']);
 
 export interface HandlerOptions {
   readonly steps: readonly Step[];
+  /** Requests the service answers itself (registered by steps); matched before the inference paths. */
+  readonly routes?: readonly Route[];
   readonly maxBodyBytes: number;
   readonly log: Logger;
 }
@@ -54,22 +56,28 @@ export class PipelineHandler implements RequestHandler {
 
   begin(head: RequestHead): Exchange | null {
     const path = stripQuery(head.path);
+    for (const route of this.opts.routes ?? []) {
+      if (route.method !== head.method) continue;
+      const params = route.match(path);
+      if (params) return new RouteExchange(this.opts, path, head.headers, route, params);
+    }
     if (head.method !== 'POST' || !INFERENCE_PATHS.has(path)) return null;
     return new PipelineExchange(this.opts, path, head.headers);
   }
 }
 
-class PipelineExchange implements Exchange {
+/** What every exchange shares: the request id, the abort signal, and how failures are answered. */
+abstract class BaseExchange implements Exchange {
   readonly maxBodyBytes: number;
-  private readonly controller = new AbortController();
-  private readonly requestId: string;
-  private readonly log: Logger;
+  protected readonly controller = new AbortController();
+  protected readonly requestId: string;
+  protected readonly log: Logger;
   private readonly started = performance.now();
 
   constructor(
-    private readonly opts: HandlerOptions,
-    private readonly path: string,
-    private readonly headers: Record<string, string>,
+    protected readonly opts: HandlerOptions,
+    protected readonly path: string,
+    protected readonly headers: Record<string, string>,
   ) {
     this.maxBodyBytes = opts.maxBodyBytes;
     const rid = sanitiseRequestId(headers['x-request-id']);
@@ -90,6 +98,64 @@ class PipelineExchange implements Exchange {
     return this.failure(new PayloadTooLargeError(), 'parse', [], {});
   }
 
+  abstract complete(raw: Buffer): Promise<Decision>;
+
+  protected metadata(path: string, timings: readonly StepTiming[], extra: Metadata): Metadata {
+    return {
+      request_id: this.requestId,
+      path_taken: path,
+      ...timingMetadata(timings),
+      ...extra,
+      total_ms: round(performance.now() - this.started),
+    };
+  }
+
+  protected failure(err: unknown, step: string, timings: readonly StepTiming[], facts: Metadata): RespondDecision {
+    const c = classify(err, this.requestId);
+    const fields = { step, error_class: c.errorClass, status: c.status, upstream_status: c.upstreamStatus, err: (err as Error)?.message };
+    if (err instanceof UpstreamError && this.log.isLevelEnabled('debug')) {
+      this.log.debug({ ...fields, upstream_body: err.body }, 'upstream error body (not returned to the client)');
+    }
+    if (c.status >= 500) this.log.warn(fields, 'request failed');
+    else this.log.info(fields, 'request rejected');
+    const extra: Metadata = { ...facts, status: c.status, error_step: step, error_class: c.errorClass };
+    if (c.upstreamStatus !== undefined) extra['upstream_status'] = c.upstreamStatus;
+    return { kind: 'respond', status: c.status, headers: { ...JSON_HEADERS }, body: errorBody(c), metadata: this.metadata('error', timings, extra) };
+  }
+}
+
+/** A request answered by a step-registered {@link Route}. */
+class RouteExchange extends BaseExchange {
+  constructor(
+    opts: HandlerOptions,
+    path: string,
+    headers: Record<string, string>,
+    private readonly route: Route,
+    private readonly params: Record<string, string>,
+  ) {
+    super(opts, path, headers);
+  }
+
+  async complete(body: Buffer): Promise<Decision> {
+    const started = performance.now();
+    try {
+      const r = await this.route.handle({
+        params: this.params,
+        headers: this.headers,
+        requestId: this.requestId,
+        body,
+        signal: this.controller.signal,
+        log: this.log,
+      });
+      const timings = [{ step: 'route', ms: performance.now() - started }];
+      return { kind: 'respond', status: r.status, headers: r.headers, body: r.body, metadata: this.metadata('route', timings, { status: r.status }) };
+    } catch (err) {
+      return this.failure(err, 'route', [{ step: 'route', ms: performance.now() - started }], {});
+    }
+  }
+}
+
+class PipelineExchange extends BaseExchange {
   async complete(raw: Buffer): Promise<Decision> {
     const parseStart = performance.now();
     let body: JsonObject;
@@ -129,12 +195,12 @@ class PipelineExchange implements Exchange {
       case 'completed':
         if (!ctx.decode) {
           // No step produced a decode request: the client's request goes on as it came.
-          return { kind: 'forward', setHeaders: {}, removeHeaders: [], body: null, metadata: this.metadata('passthrough', outcome.timings, facts) };
+          return { kind: 'forward', setHeaders: { ...ctx.stampedHeaders() }, removeHeaders: [], body: null, metadata: this.metadata('passthrough', outcome.timings, facts) };
         }
         try {
           return {
             kind: 'forward',
-            setHeaders: ctx.decode.headers,
+            setHeaders: { ...ctx.stampedHeaders(), ...ctx.decode.headers },
             removeHeaders: [],
             body: Buffer.from(JSON.stringify(ctx.body), 'utf8'),
             metadata: this.metadata('cascade', outcome.timings, facts),
@@ -143,28 +209,5 @@ class PipelineExchange implements Exchange {
           return this.failure(err, 'decode', outcome.timings, facts);
         }
     }
-  }
-
-  private metadata(path: string, timings: readonly StepTiming[], extra: Metadata): Metadata {
-    return {
-      request_id: this.requestId,
-      path_taken: path,
-      ...timingMetadata(timings),
-      ...extra,
-      total_ms: round(performance.now() - this.started),
-    };
-  }
-
-  private failure(err: unknown, step: string, timings: readonly StepTiming[], facts: Metadata): RespondDecision {
-    const c = classify(err, this.requestId);
-    const fields = { step, error_class: c.errorClass, status: c.status, upstream_status: c.upstreamStatus, err: (err as Error)?.message };
-    if (err instanceof UpstreamError && this.log.isLevelEnabled('debug')) {
-      this.log.debug({ ...fields, upstream_body: err.body }, 'upstream error body (not returned to the client)');
-    }
-    if (c.status >= 500) this.log.warn(fields, 'request failed');
-    else this.log.info(fields, 'request rejected');
-    const extra: Metadata = { ...facts, status: c.status, error_step: step, error_class: c.errorClass };
-    if (c.upstreamStatus !== undefined) extra['upstream_status'] = c.upstreamStatus;
-    return { kind: 'respond', status: c.status, headers: { ...JSON_HEADERS }, body: errorBody(c), metadata: this.metadata('error', timings, extra) };
   }
 }

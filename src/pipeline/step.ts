@@ -20,6 +20,24 @@ export interface Step {
 
 export type StepParams = Record<string, unknown>;
 
+/** A request the service answers itself rather than through the pipeline (e.g. `GET /v1/requests/{id}`). */
+export interface Route {
+  readonly method: string;
+  /** Captured path params when `path` (without query) is this route's, else `null`. */
+  match(path: string): Record<string, string> | null;
+  handle(req: RouteRequest): Promise<StepResponse>;
+}
+
+export interface RouteRequest {
+  readonly params: Record<string, string>;
+  /** Lower-case names, first value of each. */
+  readonly headers: Record<string, string>;
+  readonly requestId: string;
+  readonly body: Buffer;
+  readonly signal: AbortSignal;
+  readonly log: Logger;
+}
+
 /** What a step factory may use. Steps never see Envoy or gRPC. */
 export interface StepDeps {
   /** Pooled client for `gateway.address` (encode, prefill, conditional-decode). */
@@ -29,6 +47,8 @@ export interface StepDeps {
   /** Response-header timeout of gateway legs, ms (`gateway.timeout`). */
   readonly gatewayTimeoutMs: number;
   readonly log: Logger;
+  /** Lets a step answer extra routes of its own (the async broker's result routes). */
+  readonly registerRoute: (route: Route) => void;
 }
 
 /** Validates params up front and returns a ready step; throws {@link ConfigError} on bad params. */

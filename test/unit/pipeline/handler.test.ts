@@ -144,3 +144,46 @@ describe('PipelineHandler', () => {
     expect(d.metadata).toMatchObject({ token_count: 3, mm_entries: 1 });
   });
 });
+
+describe('routes and stamped headers', () => {
+  const route = {
+    method: 'GET',
+    match: (path: string) => {
+      const m = /^\/v1\/requests\/([^/]+)$/.exec(path);
+      return m ? { id: m[1]! } : null;
+    },
+    handle: async (req: { params: Record<string, string>; headers: Record<string, string> }) => ({
+      status: 200,
+      headers: { 'content-type': 'application/json' },
+      body: Buffer.from(JSON.stringify({ id: req.params['id'], team: req.headers['x-team'] })),
+    }),
+  };
+
+  test('a step-registered route answers its own method and path; others pass through', async () => {
+    const h = new PipelineHandler({ steps: [decodeStep], routes: [route], maxBodyBytes: 1024, log: silentLogger() });
+    const ex = h.begin({ method: 'GET', path: '/v1/requests/abc?x=1', headers: { 'x-team': 't1' } })!;
+    const d = (await ex.complete(Buffer.alloc(0))) as RespondDecision;
+    expect(d.status).toBe(200);
+    expect(JSON.parse((d.body as Buffer).toString())).toEqual({ id: 'abc', team: 't1' });
+    expect(d.metadata['path_taken']).toBe('route');
+    expect(h.begin({ method: 'DELETE', path: '/v1/requests/abc', headers: {} })).toBeNull();
+    expect(h.begin({ method: 'GET', path: '/v1/requests/a/b', headers: {} })).toBeNull();
+  });
+
+  test('headers stamped by a step reach later side calls and the forwarded request', async () => {
+    let seenBySecond: Record<string, string> = {};
+    const d = (await run(
+      [
+        step('async-broker', (ctx) => ctx.stampHeader('X-Objective', 'reserved')),
+        step('prefill', (ctx) => {
+          seenBySecond = ctx.forwardedHeaders();
+        }),
+        decodeStep,
+      ],
+      '{}',
+      { 'x-objective': 'client-chosen' },
+    )) as ForwardDecision;
+    expect(seenBySecond['x-objective']).toBe('reserved');
+    expect(d.setHeaders['x-objective']).toBe('reserved');
+  });
+});
