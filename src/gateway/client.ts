@@ -98,7 +98,9 @@ export class PooledSideCallClient implements SideCallClient {
     this.baseUrl = baseUrl.replace(/\/+$/, '');
     this.basePath = url.pathname.replace(/\/+$/, '');
     this.pool = new Pool(url.origin, {
-      connections: opts.maxIdleConns > 0 ? null : 1,
+      // No cap on concurrent connections (an encode fan-out opens several); idle ones close after
+      // idleTimeoutMs. undici has no separate idle-pool size, so maxIdleConns is advisory here.
+      connections: null,
       keepAliveTimeout: opts.idleTimeoutMs,
       keepAliveMaxTimeout: Math.max(opts.idleTimeoutMs, 1000),
       connectTimeout: opts.connectTimeoutMs ?? 30_000,

@@ -1,0 +1,269 @@
+/**
+ * A small, faithful stand-in for llm-d-inference-sim that records what it received, so tests can
+ * assert the wire of every leg (render, encode, prefill, decode) and inject faults per leg.
+ */
+
+import { randomUUID } from 'node:crypto';
+import { createServer, IncomingMessage, Server, ServerResponse } from 'node:http';
+
+import { completionReply } from './completion-replies';
+import { CONTROL_PREFIX, controlReply, MAX_CONTROL_BODY_BYTES } from './control-api';
+import { HttpError } from './errors';
+import { FaultTable } from './faults';
+import { Endpoint, generate } from './generation';
+import { parseJson, readBody } from './http-body';
+import { resolveOptions, SimulatorSettings } from './options';
+import { Recorder } from './recorder';
+import { renderChat, renderCompletions } from './render';
+import { errorReply, jsonReply, pause, Reply, writeReply } from './reply';
+import { requireObjectBody } from './request-fields';
+import type { FaultRule, RecordedRequest, Simulator, SimulatorOptions } from './types';
+
+export * from './types';
+export { SimulatorConfigError, WaitTimeoutError } from './errors';
+
+const COMPLETION_PATHS: Readonly<Record<string, Endpoint>> = {
+  '/v1/chat/completions': 'chat',
+  '/v1/completions': 'completions',
+  '/inference/v1/generate': 'generate',
+};
+const GET_PATHS = new Set(['/health', '/health/ready', '/v1/models']);
+const RENDER_PATHS = new Set(['/v1/chat/completions/render', '/v1/completions/render']);
+
+const MAX_MODELS_SEEN = 64;
+const MAX_MODEL_CHARS = 256;
+const DEFAULT_MODEL = 'sim-model';
+const REQUEST_ID = /^[\x21-\x7e]{1,256}$/;
+
+function headersOf(req: IncomingMessage): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (const [name, value] of Object.entries(req.headers)) {
+    if (value !== undefined) out[name] = Array.isArray(value) ? value.join(', ') : value;
+  }
+  return out;
+}
+
+function faultReply(rule: FaultRule & { status: number }): Reply {
+  if (rule.body === undefined) return errorReply(rule.status, `simulated fault: HTTP ${rule.status}`);
+  const isJson = parseJson(Buffer.from(rule.body)) !== undefined;
+  return {
+    kind: 'buffered',
+    status: rule.status,
+    headers: { 'content-type': isJson ? 'application/json' : 'text/plain; charset=utf-8' },
+    body: Buffer.from(rule.body),
+    delayMs: 0,
+  };
+}
+
+class SimulatorServer implements Simulator {
+  readonly recorder: Recorder;
+  readonly faults = new FaultTable();
+  private readonly server: Server;
+  private readonly modelsSeen = new Set<string>();
+  private seq = 0;
+  private closing = false;
+  private closed: Promise<void> | undefined;
+  port = 0;
+
+  constructor(private readonly settings: SimulatorSettings) {
+    this.recorder = new Recorder(settings.maxRecordedRequests, settings.maxRecordedBytes);
+    this.server = createServer({ keepAlive: true, noDelay: true, requestTimeout: 300_000 }, (req, res) => {
+      this.handle(req, res).catch(() => {
+        if (!res.headersSent && !res.destroyed) res.writeHead(500).end();
+      });
+    });
+    // Longer than the usual client idle timeouts, so a pooled connection is never closed under a request.
+    this.server.keepAliveTimeout = 65_000;
+  }
+
+  get url(): string {
+    return `http://${this.settings.host}:${this.port}`;
+  }
+  get name(): string {
+    return this.settings.name;
+  }
+  get role(): SimulatorSettings['role'] {
+    return this.settings.role;
+  }
+  get requests(): RecordedRequest[] {
+    return this.recorder.requests;
+  }
+
+  async listen(): Promise<void> {
+    await new Promise<void>((resolve, reject) => {
+      this.server.once('error', reject);
+      this.server.listen(this.settings.port, this.settings.host, () => {
+        this.server.off('error', reject);
+        resolve();
+      });
+    });
+    const address = this.server.address();
+    if (address === null || typeof address === 'string') throw new Error('simulator: no TCP address');
+    this.port = address.port;
+  }
+
+  clear(): void {
+    this.recorder.clear();
+  }
+
+  setFaults(rules: FaultRule[]): void {
+    this.faults.set(rules);
+  }
+
+  waitForRequests(n: number, timeoutMs?: number): Promise<RecordedRequest[]> {
+    return this.recorder.waitForRequests(n, timeoutMs);
+  }
+
+  waitForClose(predicate: (req: RecordedRequest) => boolean, timeoutMs?: number): Promise<RecordedRequest> {
+    return this.recorder.waitForClose(predicate, timeoutMs);
+  }
+
+  close(): Promise<void> {
+    if (!this.closed) {
+      this.closing = true;
+      this.closed = new Promise<void>((resolve) => {
+        this.server.close(() => resolve());
+        this.server.closeAllConnections();
+      });
+    }
+    return this.closed;
+  }
+
+  private async handle(req: IncomingMessage, res: ServerResponse): Promise<void> {
+    res.setHeader('x-inference-pod', this.settings.name);
+    const rawRequestId = req.headers['x-request-id'];
+    const givenRequestId = typeof rawRequestId === 'string' && REQUEST_ID.test(rawRequestId) ? rawRequestId : undefined;
+    if (givenRequestId) res.setHeader('x-request-id', givenRequestId);
+    const method = req.method ?? 'GET';
+    const url = req.url ?? '/';
+    const path = url.split('?', 1)[0];
+
+    const controller = new AbortController();
+    let record: RecordedRequest | undefined;
+    // A connection we destroy on purpose (reset faults) was not closed early by the client.
+    let destroyedByUs = false;
+    const destroy = (): void => {
+      destroyedByUs = true;
+      res.socket?.destroy();
+    };
+    res.once('close', () => {
+      controller.abort();
+      if (record && !res.writableFinished && !destroyedByUs && !this.closing) this.recorder.markClosedEarly(record);
+    });
+
+    if (path.startsWith(CONTROL_PREFIX)) {
+      const read = await readBody(req, MAX_CONTROL_BODY_BYTES);
+      if (read.kind === 'aborted') return;
+      const reply =
+        read.kind === 'too-large'
+          ? errorReply(413, 'control body too large')
+          : this.safely(() => controlReply(method, path, parseJson(read.body), this));
+      await this.send(res, reply, undefined, controller.signal, destroy);
+      return;
+    }
+
+    const read = await readBody(req, this.settings.maxBodyBytes);
+    const body = read.kind === 'too-large' ? Buffer.alloc(0) : read.body;
+    const json = parseJson(body);
+    record = {
+      seq: ++this.seq,
+      method,
+      path,
+      url,
+      headers: headersOf(req),
+      body,
+      json,
+      receivedAt: Date.now(),
+      closedEarly: read.kind === 'aborted',
+      status: undefined,
+    };
+    this.recorder.add(record);
+    if (read.kind === 'aborted') return;
+    if (read.kind === 'too-large') {
+      res.setHeader('connection', 'close');
+      await this.send(res, errorReply(413, `request body larger than ${this.settings.maxBodyBytes} bytes`), record, controller.signal, destroy);
+      return;
+    }
+
+    const profile = req.headers['epp-profile'];
+    const fault = this.faults.take(path, typeof profile === 'string' ? profile : undefined);
+    if (fault?.delayMs !== undefined && !(await pause(fault.delayMs, controller.signal))) return;
+    if (fault?.reset) {
+      destroy();
+      return;
+    }
+    if (fault?.hang) return; // answered by nobody; the client or close() ends it
+    const reply =
+      fault?.status !== undefined
+        ? faultReply(fault as FaultRule & { status: number })
+        : this.safely(() => this.route(method, path, body, json, givenRequestId ?? randomUUID()));
+    await this.send(res, reply, record, controller.signal, destroy, fault);
+  }
+
+  private async send(
+    res: ServerResponse,
+    reply: Reply,
+    record: RecordedRequest | undefined,
+    signal: AbortSignal,
+    destroy: () => void,
+    fault?: FaultRule,
+  ): Promise<void> {
+    await writeReply(res, reply, {
+      chunkDelayMs: fault?.chunkDelayMs ?? 0,
+      resetMidBody: fault?.resetMidBody ?? false,
+      signal,
+      destroy,
+      onHead: (status) => {
+        if (record) record.status = status;
+      },
+    });
+  }
+
+  private safely(build: () => Reply): Reply {
+    try {
+      return build();
+    } catch (err) {
+      if (err instanceof HttpError) return errorReply(err.status, err.message);
+      return errorReply(500, `simulator error: ${err instanceof Error ? err.message : String(err)}`);
+    }
+  }
+
+  private route(method: string, path: string, body: Buffer, json: unknown, requestId: string): Reply {
+    const endpoint = COMPLETION_PATHS[path];
+    const known = endpoint !== undefined || RENDER_PATHS.has(path) || GET_PATHS.has(path);
+    if (!known) throw new HttpError(404, `no route for ${path}`);
+    if (GET_PATHS.has(path)) {
+      if (method !== 'GET') throw new HttpError(405, `${method} not allowed on ${path}`);
+      return path === '/v1/models' ? jsonReply(200, this.models()) : jsonReply(200, {});
+    }
+    if (method !== 'POST') throw new HttpError(405, `${method} not allowed on ${path}`);
+    if (body.length > 0 && json === undefined) throw new HttpError(400, 'Invalid JSON body');
+    const request = requireObjectBody(json);
+    if (path === '/v1/chat/completions/render') return jsonReply(200, renderChat(request, requestId));
+    if (path === '/v1/completions/render') return jsonReply(200, renderCompletions(request, requestId));
+    this.noteModel(request.model);
+    const gen = generate(endpoint, request, requestId, this.settings);
+    return completionReply(endpoint, gen, requestId, this.settings);
+  }
+
+  private noteModel(model: unknown): void {
+    if (typeof model !== 'string' || model.length === 0 || model.length > MAX_MODEL_CHARS) return;
+    if (this.modelsSeen.size < MAX_MODELS_SEEN) this.modelsSeen.add(model);
+  }
+
+  private models(): unknown {
+    const names = this.modelsSeen.size > 0 ? [...this.modelsSeen] : [DEFAULT_MODEL];
+    const created = Math.floor(Date.now() / 1000);
+    return {
+      object: 'list',
+      data: names.map((id) => ({ id, object: 'model', created, owned_by: 'epd-sim', root: id, parent: null })),
+    };
+  }
+}
+
+/** Starts a simulator listening on 127.0.0.1; throws SimulatorConfigError on bad options. */
+export async function startSimulator(opts: SimulatorOptions): Promise<Simulator> {
+  const sim = new SimulatorServer(resolveOptions(opts));
+  await sim.listen();
+  return sim;
+}

@@ -1,0 +1,4 @@
+export * from './connector';
+export { sharedStorageEc } from './shared-storage';
+export { nixlEc } from './nixl';
+export { buildEcConnector } from './build';

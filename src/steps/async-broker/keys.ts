@@ -1,0 +1,43 @@
+/**
+ * Redis key and channel names shared with llm-d-async (reference async-broker.md §1.1, §8). These
+ * strings are the wire contract: the AP derives the same names from the envelope id.
+ */
+
+/** Tenant and client id joined: the envelope's `data.id` and the suffix of the marker keys. */
+export function envelopeId(tenant: string, id: string): string {
+  return `${tenant}:${id}`;
+}
+
+export interface RequestKeys {
+  /** `<tenant>:<id>` */
+  readonly envelopeId: string;
+  /** `results:req:<tenant>:<id>`: the per-request result list the AP LPUSHes to. */
+  readonly mailbox: string;
+  /** `request-active:<tenant>:<id>`: the generation token, alive until the deadline. */
+  readonly active: string;
+  /** `request-cancel:<tenant>:<id>`: a copy of the token when the request is cancelled. */
+  readonly cancel: string;
+}
+
+export function requestKeys(tenant: string, id: string): RequestKeys {
+  const env = envelopeId(tenant, id);
+  return {
+    envelopeId: env,
+    mailbox: `results:req:${env}`,
+    active: `request-active:${env}`,
+    cancel: `request-cancel:${env}`,
+  };
+}
+
+/** The keyspace-notification channel an LPUSH on `key` fires in database `db`. */
+export function keyspaceChannel(db: number, key: string): string {
+  return `__keyspace@${db}__:${key}`;
+}
+
+/** The AP redis-quota gate's counter key: `<prefix><attribute>:<value>`, e.g. `quota:userid:acme`. */
+export function quotaKey(prefix: string, attribute: string, tenant: string): string {
+  return `${prefix}${attribute}:${tenant}`;
+}
+
+/** `request-cancel` TTL: 7 days, as the producer's cancel script. */
+export const CANCEL_TTL_SECONDS = 604800;

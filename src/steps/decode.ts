@@ -1,0 +1,103 @@
+/**
+ * `decode` (reference §3.6): the terminal step. It makes no call: Envoy forwards the client
+ * request, rewritten here, to a decode worker (same path), and streams the answer back.
+ */
+import type { JsonObject, RequestContext } from '../pipeline/context';
+import { ParamReader } from '../pipeline/params';
+import type { Step, StepDeps, StepFactory, StepParams } from '../pipeline/step';
+import type { KvConnector } from '../connectors/kv';
+import { buildKvConnector } from '../connectors/kv';
+import { requireGateway } from './gateway-required';
+import {
+  CONTENT_TYPE_JSON,
+  HEADER_CONTENT_TYPE,
+  HEADER_EPP_PROFILE,
+  HEADER_REQUEST_ID,
+  buildMmFeatures,
+  isJsonObject,
+  resolveFormat,
+  setGenerateTransferParams,
+} from './wire';
+
+export const DECODE_STEP = 'decode';
+
+/**
+ * Tags the k-th `image_url` part with the k-th entry's hash, so the decode worker can find the
+ * encoder output by hash. Overwrites a client `uuid` (upstream does too).
+ */
+function injectImageUuids(ctx: RequestContext): void {
+  const messages = ctx.body['messages'];
+  const entries = ctx.multimodalEntries;
+  if (!Array.isArray(messages) || entries.length === 0) return;
+  let k = 0;
+  for (const msg of messages) {
+    if (!isJsonObject(msg)) continue;
+    const content = msg['content'];
+    if (!Array.isArray(content)) continue;
+    for (const part of content) {
+      if (!isJsonObject(part) || part['type'] !== 'image_url') continue;
+      if (k >= entries.length) return;
+      part['uuid'] = entries[k]!.hash ?? '';
+      k++;
+    }
+  }
+}
+
+class DecodeStep implements Step {
+  readonly type = DECODE_STEP;
+
+  constructor(
+    private readonly useOpenAIFormat: boolean,
+    private readonly kv: KvConnector,
+  ) {}
+
+  async execute(ctx: RequestContext): Promise<void> {
+    const kv = this.kv.prepareDecode(ctx);
+    ctx.log.trace({ step: DECODE_STEP, params: kv }, 'preparing decode kv params');
+    injectImageUuids(ctx);
+
+    // The body is mutated in place: decode is last, and the body is serialised once afterwards.
+    const body = ctx.body;
+    switch (resolveFormat(this.useOpenAIFormat, ctx.originalPath)) {
+      case 'chat': {
+        body['kv_transfer_params'] = kv;
+        const tokens: JsonObject = { token_ids: ctx.tokenIds };
+        const features = buildMmFeatures(ctx.multimodalEntries, false);
+        if (features) tokens['features'] = features;
+        body['tokens'] = tokens;
+        break;
+      }
+      case 'completions':
+        body['kv_transfer_params'] = kv;
+        if (ctx.tokenIds && ctx.tokenIds.length > 0) body['prompt'] = ctx.tokenIds;
+        break;
+      case 'generate': {
+        // Also the shape of a chat request under use_openai_format=false (Q1). The client's
+        // sampling params, features and token ids are kept (Q3).
+        let sampling = body['sampling_params'];
+        if (!isJsonObject(sampling)) {
+          sampling = {};
+          body['sampling_params'] = sampling;
+        }
+        setGenerateTransferParams(sampling as JsonObject, kv, null);
+        break;
+      }
+    }
+
+    ctx.decode = {
+      headers: {
+        [HEADER_EPP_PROFILE]: 'decode',
+        [HEADER_REQUEST_ID]: ctx.requestId,
+        [HEADER_CONTENT_TYPE]: CONTENT_TYPE_JSON,
+      },
+    };
+  }
+}
+
+export const createDecodeStep: StepFactory = (params: StepParams, deps: StepDeps): Step => {
+  requireGateway(DECODE_STEP, deps);
+  const p = new ParamReader(DECODE_STEP, params);
+  const useOpenAIFormat = p.bool('use_openai_format', true);
+  const kv = buildKvConnector(p.string('kv_connector', ''), DECODE_STEP);
+  return new DecodeStep(useOpenAIFormat, kv);
+};

@@ -1,0 +1,10 @@
+/** Shared wire transforms of the built-in steps (reference §2.5, §2.6). Steps import these, never each other. */
+export * from './format';
+export * from './json';
+export * from './single-token';
+export * from './features';
+export * from './transfer-params';
+export * from './token-ids';
+export * from './generate-input';
+export * from './render-response';
+export * from './headers';
