@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# npm run bench [-- SUITE [suite options]]   (default suite: spine; `npm run bench -- spine --help`)
+#
+# Benchmarks run everything on 127.0.0.1 with free ports, so they can run next to `npm run stack`.
+# Results go to bench/results/<suite>.json; logs of the last run to .cache/bench-<suite>/.
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+bash scripts/ensure-deps.sh node envoy
+
+suite="spine"
+if [ $# -gt 0 ] && [[ "$1" != -* ]]; then
+  suite="$1"
+  shift
+fi
+case "$suite" in
+  spine) exec node --import tsx bench/spine.ts "$@" ;;
+  *)
+    echo "bench: unknown suite '$suite' (available: spine)" >&2
+    exit 2
+    ;;
+esac

@@ -1,0 +1,199 @@
+/**
+ * Renders envoy/envoy.template.yaml into a runnable Envoy bootstrap.
+ *
+ * Used by the e2e harness, `npm run stack` and `npm run bench`, and as a CLI to regenerate the
+ * committed default bootstraps (envoy/envoy.yaml, envoy/envoy-buffered.yaml).
+ */
+import { readFileSync, writeFileSync } from 'node:fs';
+import { isIP } from 'node:net';
+import { join, resolve } from 'node:path';
+
+export type EnvoyBodyMode = 'full_duplex' | 'buffered';
+
+export interface EnvoyBootstrapOptions {
+  /** Client-facing listener (127.0.0.1). 0 lets the OS pick; read it back from the admin API. */
+  readonly publicPort: number;
+  /** Internal listener the coordinator's side calls re-enter (127.0.0.1). */
+  readonly gatewayPort: number;
+  readonly adminPort: number;
+  /** The coordinator's gRPC listener, `ip:port`. */
+  readonly extProcAddress: string;
+  /** Worker addresses by role, `ip:port` (Envoy STATIC clusters need IP literals). */
+  readonly encodeAddress: string;
+  readonly prefillAddress: string;
+  readonly decodeAddress: string;
+  readonly bodyMode: EnvoyBodyMode;
+  /** File both listeners append their JSON access-log lines to. */
+  readonly accessLogPath: string;
+}
+
+export const DEFAULT_ENVOY_BOOTSTRAP: EnvoyBootstrapOptions = {
+  publicPort: 8080,
+  gatewayPort: 8081,
+  adminPort: 19000,
+  extProcAddress: '127.0.0.1:50051',
+  encodeAddress: '127.0.0.1:8100',
+  prefillAddress: '127.0.0.1:8200',
+  decodeAddress: '127.0.0.1:8300',
+  bodyMode: 'full_duplex',
+  accessLogPath: '/dev/stdout',
+};
+
+export const REPO_ROOT = resolve(__dirname, '..');
+export const ENVOY_TEMPLATE_PATH = join(REPO_ROOT, 'envoy', 'envoy.template.yaml');
+/** The committed renderings with default options, one per body mode. */
+export const COMMITTED_BOOTSTRAPS: Readonly<Record<EnvoyBodyMode, string>> = {
+  full_duplex: join(REPO_ROOT, 'envoy', 'envoy.yaml'),
+  buffered: join(REPO_ROOT, 'envoy', 'envoy-buffered.yaml'),
+};
+
+/**
+ * Envoy's stream buffer in buffered mode: the coordinator's default body limit (64 MiB) plus
+ * headroom, so the coordinator (not Envoy) answers oversize bodies with its JSON 413.
+ */
+export const BUFFERED_BODY_LIMIT_BYTES = 80 * 1024 * 1024;
+/** Envoy's own default; full duplex drains every chunk, so nothing larger is needed. */
+const STREAMING_BODY_LIMIT_BYTES = 1024 * 1024;
+
+export class EnvoyBootstrapError extends Error {
+  override readonly name = 'EnvoyBootstrapError';
+}
+
+function checkPort(name: string, port: number): string {
+  if (!Number.isInteger(port) || port < 0 || port > 65535) {
+    throw new EnvoyBootstrapError(`${name}: expected a port 0-65535, got ${String(port)}`);
+  }
+  return String(port);
+}
+
+/** Splits `ip:port` / `[ipv6]:port`; the host must be an IP literal and the port non-zero. */
+export function parseHostPort(name: string, value: string): { host: string; port: number } {
+  const m = /^(?:\[([0-9a-fA-F:.]+)\]|([0-9.]+)):(\d{1,5})$/.exec(value);
+  const host = m ? (m[1] ?? m[2] ?? '') : '';
+  const port = m ? Number(m[3]) : NaN;
+  if (!m || isIP(host) === 0 || port < 1 || port > 65535) {
+    throw new EnvoyBootstrapError(`${name}: expected "ip:port" with an IP literal, got ${JSON.stringify(value)}`);
+  }
+  return { host, port };
+}
+
+function checkPath(path: string): string {
+  // The path lands inside a double-quoted YAML scalar.
+  if (path.length === 0 || /["\\\n\r\0]/.test(path)) {
+    throw new EnvoyBootstrapError(`accessLogPath: expected a plain file path, got ${JSON.stringify(path)}`);
+  }
+  return path;
+}
+
+function placeholders(o: EnvoyBootstrapOptions): Record<string, string> {
+  const ext = parseHostPort('extProcAddress', o.extProcAddress);
+  const enc = parseHostPort('encodeAddress', o.encodeAddress);
+  const pre = parseHostPort('prefillAddress', o.prefillAddress);
+  const dec = parseHostPort('decodeAddress', o.decodeAddress);
+  const buffered = o.bodyMode === 'buffered';
+  if (o.bodyMode !== 'buffered' && o.bodyMode !== 'full_duplex') {
+    throw new EnvoyBootstrapError(`bodyMode: expected full_duplex or buffered, got ${JSON.stringify(o.bodyMode)}`);
+  }
+  return {
+    BODY_MODE: buffered ? 'BUFFERED' : 'FULL_DUPLEX_STREAMED',
+    PUBLIC_PORT: checkPort('publicPort', o.publicPort),
+    GATEWAY_PORT: checkPort('gatewayPort', o.gatewayPort),
+    ADMIN_PORT: checkPort('adminPort', o.adminPort),
+    EXTPROC_HOST: ext.host,
+    EXTPROC_PORT: String(ext.port),
+    ENCODE_HOST: enc.host,
+    ENCODE_PORT: String(enc.port),
+    PREFILL_HOST: pre.host,
+    PREFILL_PORT: String(pre.port),
+    DECODE_HOST: dec.host,
+    DECODE_PORT: String(dec.port),
+    REQUEST_BODY_MODE: buffered ? 'BUFFERED' : 'FULL_DUPLEX_STREAMED',
+    // FULL_DUPLEX_STREAMED requires trailers SEND; buffered mode does not need them.
+    REQUEST_TRAILER_MODE: buffered ? 'SKIP' : 'SEND',
+    ROUTE_BODY_BUFFER_LIMIT: String(buffered ? BUFFERED_BODY_LIMIT_BYTES : STREAMING_BODY_LIMIT_BYTES),
+    ACCESS_LOG_PATH: checkPath(o.accessLogPath),
+  };
+}
+
+/** Fills every placeholder; an unknown or unused placeholder is a template bug and throws. */
+export function renderTemplate(template: string, values: Record<string, string>): string {
+  const used = new Set<string>();
+  const out = template.replace(/\{\{([A-Z_]+)\}\}/g, (_m, name: string) => {
+    const v = values[name];
+    if (v === undefined) throw new EnvoyBootstrapError(`template placeholder {{${name}}} has no value`);
+    used.add(name);
+    return v;
+  });
+  const unused = Object.keys(values).filter((k) => !used.has(k));
+  if (unused.length > 0) throw new EnvoyBootstrapError(`template does not use: ${unused.join(', ')}`);
+  return out;
+}
+
+export function renderEnvoyBootstrap(opts: Partial<EnvoyBootstrapOptions> = {}): string {
+  const o: EnvoyBootstrapOptions = { ...DEFAULT_ENVOY_BOOTSTRAP, ...opts };
+  return renderTemplate(readFileSync(ENVOY_TEMPLATE_PATH, 'utf8'), placeholders(o));
+}
+
+const USAGE = `usage: npx tsx scripts/envoy-bootstrap.ts [options]
+  --write-defaults         rewrite envoy/envoy.yaml and envoy/envoy-buffered.yaml
+  --out FILE               write the rendering to FILE (default: stdout)
+  --buffered               BUFFERED request bodies (default: FULL_DUPLEX_STREAMED)
+  --public-port N          (8080)     --gateway-port N   (8081)     --admin-port N (19000)
+  --ext-proc IP:PORT       (127.0.0.1:50051)
+  --encode IP:PORT         (127.0.0.1:8100)
+  --prefill IP:PORT        (127.0.0.1:8200)
+  --decode IP:PORT         (127.0.0.1:8300)
+  --access-log PATH        (/dev/stdout)`;
+
+function parseArgs(argv: string[]): { opts: Partial<EnvoyBootstrapOptions>; out?: string; writeDefaults: boolean } {
+  const opts: { -readonly [K in keyof EnvoyBootstrapOptions]?: EnvoyBootstrapOptions[K] } = {};
+  let out: string | undefined;
+  let writeDefaults = false;
+  for (let i = 0; i < argv.length; i++) {
+    const flag = argv[i]!;
+    const value = (): string => {
+      const v = argv[++i];
+      if (v === undefined) throw new EnvoyBootstrapError(`${flag} needs a value`);
+      return v;
+    };
+    switch (flag) {
+      case '--write-defaults': writeDefaults = true; break;
+      case '--out': out = value(); break;
+      case '--buffered': opts.bodyMode = 'buffered'; break;
+      case '--public-port': opts.publicPort = Number(value()); break;
+      case '--gateway-port': opts.gatewayPort = Number(value()); break;
+      case '--admin-port': opts.adminPort = Number(value()); break;
+      case '--ext-proc': opts.extProcAddress = value(); break;
+      case '--encode': opts.encodeAddress = value(); break;
+      case '--prefill': opts.prefillAddress = value(); break;
+      case '--decode': opts.decodeAddress = value(); break;
+      case '--access-log': opts.accessLogPath = value(); break;
+      case '-h':
+      case '--help':
+        process.stdout.write(USAGE + '\n');
+        process.exit(0);
+      default:
+        throw new EnvoyBootstrapError(`unknown argument ${flag}\n${USAGE}`);
+    }
+  }
+  return { opts, out, writeDefaults };
+}
+
+if (require.main === module) {
+  try {
+    const { opts, out, writeDefaults } = parseArgs(process.argv.slice(2));
+    if (writeDefaults) {
+      for (const [mode, file] of Object.entries(COMMITTED_BOOTSTRAPS)) {
+        writeFileSync(file, renderEnvoyBootstrap({ bodyMode: mode as EnvoyBodyMode }));
+        process.stdout.write(`wrote ${file}\n`);
+      }
+    } else if (out) {
+      writeFileSync(out, renderEnvoyBootstrap(opts));
+    } else {
+      process.stdout.write(renderEnvoyBootstrap(opts));
+    }
+  } catch (err) {
+    process.stderr.write(`${(err as Error).message}\n`);
+    process.exit(2);
+  }
+}

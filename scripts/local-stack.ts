@@ -1,0 +1,185 @@
+/**
+ * The product as separate processes on loopback: four simulators (render, encode, prefill,
+ * decode), the coordinator CLI and Envoy with the shipped bootstrap. Shared by `npm run stack`
+ * (fixed ports) and `npm run bench` (free ports).
+ */
+import { mkdirSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import yaml from 'js-yaml';
+import { startEnvoy, type EnvoyHandle } from '../test/support/envoy';
+import { canBind } from '../test/support/ports';
+import { REPO_ROOT, type EnvoyBodyMode } from './envoy-bootstrap';
+import { startChild, stopAll, type Child } from './supervise';
+
+export interface LocalStackPorts {
+  readonly public: number;
+  readonly gateway: number;
+  readonly admin: number;
+  readonly extProc: number;
+  readonly render: number;
+  readonly encode: number;
+  readonly prefill: number;
+  readonly decode: number;
+}
+
+/** The port plan of reference/real-peers.md §8.2. */
+export const STACK_PORTS: LocalStackPorts = {
+  public: 8080,
+  gateway: 8081,
+  admin: 19000,
+  extProc: 50051,
+  render: 8082,
+  encode: 8100,
+  prefill: 8200,
+  decode: 8300,
+};
+
+export interface LocalStackOptions {
+  /** Configs, logs and the access log go here. */
+  readonly dir: string;
+  readonly ports: LocalStackPorts;
+  readonly bodyMode: EnvoyBodyMode;
+  readonly kvConnector: string;
+  /** Coordinator verbosity (1-5). */
+  readonly logLevel?: number;
+  /** Extra simulator flags, e.g. `--inter-token-latency-ms 20`. */
+  readonly simArgs?: readonly string[];
+  /** Access-log flush interval. */
+  readonly flushIntervalMs?: number;
+  /** Progress messages. */
+  readonly say?: (msg: string) => void;
+}
+
+export interface LocalStack {
+  readonly publicUrl: string;
+  readonly gatewayUrl: string;
+  readonly adminUrl: string;
+  readonly accessLogPath: string;
+  readonly configPath: string;
+  /** Every child, in start order, with its PID. */
+  readonly pids: ReadonlyArray<{ name: string; pid: number }>;
+  /** Resolves with the name of the first child that exits on its own. */
+  readonly firstExit: Promise<string>;
+  /** Stops Envoy, then the coordinator, then the simulators, each by PID. */
+  stop(): Promise<void>;
+}
+
+export class PortsBusyError extends Error {
+  override readonly name = 'PortsBusyError';
+  constructor(readonly busy: ReadonlyArray<{ role: string; port: number }>) {
+    super(`port(s) already in use on 127.0.0.1: ${busy.map((b) => `${b.port} (${b.role})`).join(', ')}`);
+  }
+}
+
+/** Refuses to start over anything already listening on a planned port. */
+export async function checkPortsFree(ports: LocalStackPorts): Promise<void> {
+  const busy: Array<{ role: string; port: number }> = [];
+  for (const [role, port] of Object.entries(ports)) {
+    if (port !== 0 && !(await canBind(port))) busy.push({ role, port });
+  }
+  if (busy.length > 0) throw new PortsBusyError(busy);
+}
+
+export function coordinatorConfig(opts: Pick<LocalStackOptions, 'ports' | 'kvConnector' | 'logLevel'>): string {
+  const doc = {
+    log_level: opts.logLevel ?? 2,
+    server: { listen_addr: `127.0.0.1:${opts.ports.extProc}`, max_request_body_size: 64, body_mode: 'auto' },
+    gateway: { address: `http://127.0.0.1:${opts.ports.gateway}`, timeout: '60s' },
+    pipeline: {
+      kv_connector: opts.kvConnector,
+      use_openai_format: true,
+      steps: [
+        { type: 'render', params: { address: `http://127.0.0.1:${opts.ports.render}`, timeout: '30s' } },
+        { type: 'prefill' },
+        { type: 'decode' },
+      ],
+    },
+  };
+  return `# Written by scripts/local-stack.ts for this run; edits are overwritten.\n${yaml.dump(doc, { lineWidth: 120 })}`;
+}
+
+/** Runs TypeScript entry points in one node process (no wrapper that would relay signals twice). */
+function tsNode(entry: string, args: readonly string[]): { command: string; args: string[] } {
+  return { command: process.execPath, args: ['--import', 'tsx', join(REPO_ROOT, entry), ...args] };
+}
+
+export async function startLocalStack(opts: LocalStackOptions): Promise<LocalStack> {
+  const say = opts.say ?? (() => undefined);
+  const { ports, dir } = opts;
+  mkdirSync(dir, { recursive: true });
+  const children: Child[] = [];
+  let envoy: EnvoyHandle | undefined;
+
+  const stop = async (): Promise<void> => {
+    await envoy?.stop();
+    // Reverse start order: the coordinator before the workers it calls.
+    await stopAll([...children].reverse());
+  };
+
+  try {
+    const roles = [
+      ['render', ports.render],
+      ['encode', ports.encode],
+      ['prefill', ports.prefill],
+      ['decode', ports.decode],
+    ] as const;
+    for (const [role, port] of roles) {
+      const name = `sim-${role}-0`;
+      const cmd = tsNode('sim/cli.ts', ['--port', String(port), '--name', name, '--role', role, '--mode', 'echo', ...(opts.simArgs ?? [])]);
+      children.push(
+        await startChild({ name, ...cmd, cwd: REPO_ROOT, logPath: join(dir, `${name}.log`), ready: /^sim \S+ listening on / }),
+      );
+      say(`${name} on 127.0.0.1:${port}`);
+    }
+
+    const configPath = join(dir, 'coordinator.yaml');
+    writeFileSync(configPath, coordinatorConfig(opts));
+    const service = tsNode('src/main.ts', ['--config', configPath]);
+    children.push(
+      await startChild({
+        name: 'epd-coordinator',
+        ...service,
+        cwd: REPO_ROOT,
+        logPath: join(dir, 'coordinator.log'),
+        ready: /"msg":"epd-coordinator listening"/,
+      }),
+    );
+    say(`epd-coordinator on 127.0.0.1:${ports.extProc} (config ${configPath})`);
+
+    const accessLogPath = join(dir, 'envoy-access.log');
+    envoy = await startEnvoy({
+      dir: join(dir, 'envoy'),
+      logLevel: 'warn',
+      detached: true,
+      flushIntervalMs: opts.flushIntervalMs ?? 500,
+      bootstrap: {
+        bodyMode: opts.bodyMode,
+        publicPort: ports.public,
+        gatewayPort: ports.gateway,
+        adminPort: ports.admin,
+        extProcAddress: `127.0.0.1:${ports.extProc}`,
+        encodeAddress: `127.0.0.1:${ports.encode}`,
+        prefillAddress: `127.0.0.1:${ports.prefill}`,
+        decodeAddress: `127.0.0.1:${ports.decode}`,
+        accessLogPath,
+      },
+    });
+    say(`envoy on 127.0.0.1:${envoy.publicPort} (gateway ${envoy.gatewayPort}, admin ${envoy.adminUrl})`);
+
+    const running = envoy;
+    const firstExit = Promise.race([...children.map((c) => c.exited.then(() => c.name)), running.exited.then(() => 'envoy')]);
+    return {
+      publicUrl: running.publicUrl,
+      gatewayUrl: running.gatewayUrl,
+      adminUrl: running.adminUrl,
+      accessLogPath,
+      configPath: running.configPath,
+      pids: [...children.map((c) => ({ name: c.name, pid: c.pid })), { name: 'envoy', pid: running.pid }],
+      firstExit,
+      stop,
+    };
+  } catch (err) {
+    await stop();
+    throw err;
+  }
+}

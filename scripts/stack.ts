@@ -1,0 +1,139 @@
+/**
+ * `npm run stack [-- --buffered] [-- --kv-connector kv-nixl]`: the whole product on loopback with
+ * the port plan of reference/real-peers.md §8.2, until Ctrl-C / SIGTERM.
+ */
+import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { join } from 'node:path';
+import { ensureEnvoy } from '../test/support/envoy';
+import { TestClient } from '../test/support/client';
+import { REPO_ROOT, type EnvoyBodyMode } from './envoy-bootstrap';
+import { checkPortsFree, PortsBusyError, startLocalStack, STACK_PORTS, type LocalStack } from './local-stack';
+
+const KV_CONNECTORS = ['kv-shared-storage', 'kv-nixl', 'kv-sglang'];
+const USAGE = `usage: npm run stack [-- --buffered] [-- --kv-connector ${KV_CONNECTORS.join('|')}] [-- --inter-token-latency-ms N]`;
+
+interface Args {
+  bodyMode: EnvoyBodyMode;
+  kvConnector: string;
+  simArgs: string[];
+}
+
+function parseArgs(argv: string[]): Args {
+  const args: Args = { bodyMode: 'full_duplex', kvConnector: 'kv-shared-storage', simArgs: [] };
+  for (let i = 0; i < argv.length; i++) {
+    const a = argv[i]!;
+    if (a === '--buffered') args.bodyMode = 'buffered';
+    else if (a === '--full-duplex') args.bodyMode = 'full_duplex';
+    else if (a === '--kv-connector' && KV_CONNECTORS.includes(argv[i + 1] ?? '')) args.kvConnector = argv[++i]!;
+    else if (a === '--inter-token-latency-ms' && /^\d{1,6}$/.test(argv[i + 1] ?? '')) args.simArgs.push(a, argv[++i]!);
+    else if (a === '-h' || a === '--help') {
+      process.stdout.write(`${USAGE}\n`);
+      process.exit(0);
+    } else {
+      process.stderr.write(`stack: unexpected argument ${JSON.stringify(a)}\n${USAGE}\n`);
+      process.exit(2);
+    }
+  }
+  return args;
+}
+
+const DIR = join(REPO_ROOT, '.stack');
+const PIDS = join(DIR, 'pids.json');
+
+function previousPids(): string {
+  if (!existsSync(PIDS)) return '';
+  try {
+    const list = JSON.parse(readFileSync(PIDS, 'utf8')) as Array<{ name: string; pid: number }>;
+    const alive = list.filter((p) => {
+      try {
+        process.kill(p.pid, 0);
+        return true;
+      } catch {
+        return false;
+      }
+    });
+    if (alive.length === 0) return '';
+    return `\nAn earlier stack may still be running (${alive.map((p) => `${p.name} ${p.pid}`).join(', ')}); stop it with: kill ${alive.map((p) => p.pid).join(' ')}`;
+  } catch {
+    return '';
+  }
+}
+
+async function main(): Promise<void> {
+  const args = parseArgs(process.argv.slice(2));
+  const say = (msg: string) => process.stdout.write(`stack: ${msg}\n`);
+
+  try {
+    await checkPortsFree(STACK_PORTS);
+  } catch (err) {
+    if (err instanceof PortsBusyError) {
+      process.stderr.write(`stack: refusing to start: ${err.message}${previousPids()}\n`);
+      process.exit(1);
+    }
+    throw err;
+  }
+
+  say(`envoy binary ${ensureEnvoy()}`);
+  // Each run starts from a clean directory: configs and logs are this run's.
+  rmSync(DIR, { recursive: true, force: true });
+  mkdirSync(DIR, { recursive: true });
+
+  let stack: LocalStack | undefined;
+  let stopping = false;
+  const shutdown = async (why: string, code: number) => {
+    if (stopping) return;
+    stopping = true;
+    say(`${why}: stopping every child by PID`);
+    await stack?.stop();
+    rmSync(PIDS, { force: true });
+    say('stopped');
+    process.exit(code);
+  };
+  process.on('SIGINT', () => void shutdown('SIGINT', 0));
+  process.on('SIGTERM', () => void shutdown('SIGTERM', 0));
+
+  try {
+    stack = await startLocalStack({
+      dir: DIR,
+      ports: STACK_PORTS,
+      bodyMode: args.bodyMode,
+      kvConnector: args.kvConnector,
+      simArgs: args.simArgs,
+      say,
+    });
+  } catch (err) {
+    process.stderr.write(`stack: start-up failed: ${(err as Error).message}\n`);
+    process.exit(1);
+  }
+  writeFileSync(PIDS, JSON.stringify(stack.pids, null, 2));
+  void stack.firstExit.then((name) => shutdown(`${name} exited unexpectedly (see ${DIR})`, 1));
+
+  // One request through the whole path, so "ready" means the cascade answers.
+  const client = new TestClient(stack.publicUrl);
+  const smoke = await client
+    .post('/v1/chat/completions', { model: 'sim-model', messages: [{ role: 'user', content: 'smoke test' }] })
+    .catch((err: Error) => ({ status: 0, text: err.message }));
+  await client.close();
+  if (smoke.status !== 200) say(`WARNING: smoke request answered ${smoke.status}: ${smoke.text.slice(0, 300)}`);
+
+  const chat = JSON.stringify({ model: 'sim-model', messages: [{ role: 'user', content: 'Hello from the stack' }] });
+  const streamed = JSON.stringify({ model: 'sim-model', stream: true, messages: [{ role: 'user', content: 'Stream these words back to me' }] });
+  process.stdout.write(`
+epd-coordinator stack is up (${args.bodyMode === 'buffered' ? 'BUFFERED' : 'FULL_DUPLEX_STREAMED'} bodies, ${args.kvConnector}).
+
+  Try:
+    curl -sS ${stack.publicUrl}/v1/chat/completions -H 'content-type: application/json' \\
+      -d '${chat}'
+    curl -sSN ${stack.publicUrl}/v1/chat/completions -H 'content-type: application/json' \\
+      -d '${streamed}'
+
+  Access log (JSON, one line per request and per side call): ${stack.accessLogPath}
+    tail -f ${stack.accessLogPath}
+  Logs and configs: ${DIR}/ (coordinator.yaml, coordinator.log, sim-*.log, envoy/)
+  PIDs: ${stack.pids.map((p) => `${p.name}=${p.pid}`).join(' ')}
+
+  Ctrl-C (or SIGTERM) stops everything.
+`);
+}
+
+void main();
