@@ -1,0 +1,33 @@
+/**
+ * Which request body mode a stream runs in: what Envoy announces in `protocol_config` (Envoy
+ * >= 1.34, first message only), else the configured fallback.
+ */
+import type { ProtocolConfigurationIn } from './wire';
+
+export type FallbackBodyMode = 'full_duplex' | 'buffered';
+
+/**
+ * - `full_duplex`: FULL_DUPLEX_STREAMED; the headers reply is held until the body is processed.
+ * - `buffered`: BUFFERED; the whole body arrives in one message.
+ * - `unsupported`: STREAMED, BUFFERED_PARTIAL, NONE, GRPC. None of them lets a body-dependent
+ *   header mutation reach the request (STREAMED and BUFFERED_PARTIAL apply header mutations only in
+ *   the headers reply, which Envoy needs before it sends the body; NONE sends no body). Such streams
+ *   are answered pass-through, except requests without a body, which are processed normally.
+ */
+export type BodyMode = FallbackBodyMode | 'unsupported';
+
+export interface StreamModes {
+  readonly request: BodyMode;
+  /** The announced request body mode name, or `fallback`, for logs. */
+  readonly requestName: string;
+  /** Response bodies come as FULL_DUPLEX_STREAMED chunks and must be echoed, not acknowledged. */
+  readonly responseFullDuplex: boolean;
+}
+
+export function resolveModes(config: ProtocolConfigurationIn | null | undefined, fallback: FallbackBodyMode): StreamModes {
+  if (!config) return { request: fallback, requestName: `fallback:${fallback}`, responseFullDuplex: false };
+  const name = String(config.request_body_mode);
+  const request: BodyMode =
+    name === 'FULL_DUPLEX_STREAMED' ? 'full_duplex' : name === 'BUFFERED' ? 'buffered' : 'unsupported';
+  return { request, requestName: name, responseFullDuplex: String(config.response_body_mode) === 'FULL_DUPLEX_STREAMED' };
+}

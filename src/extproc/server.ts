@@ -1,0 +1,159 @@
+/**
+ * The gRPC side of the ext_proc service: message-size limits, the `Process` handler (one
+ * ProcessStream per call) and the server lifecycle.
+ *
+ * Other services (grpc.health.v1, ...) share the server: either pass `configure`, which is called
+ * before the server binds, or build your own server with `extProcServerOptions()` and call
+ * `addExtProcService()` on it.
+ */
+import * as grpc from '@grpc/grpc-js';
+import type { Logger } from 'pino';
+import type { RequestHandler } from '../pipeline/decision';
+import type { FallbackBodyMode } from './body-mode';
+import { ProcessStream, type ProcessCall } from './process-stream';
+import { extProcServiceDefinition } from './proto';
+
+/** Room for headers, metadata and protobuf framing around the largest body. */
+export const MESSAGE_HEADROOM_BYTES = 1024 * 1024;
+/** grpc-js keeps message limits in int32. */
+const MAX_GRPC_MESSAGE_BYTES = 2 ** 31 - 1;
+
+export interface MessageLimits {
+  /**
+   * `grpc.max_receive_message_length`: a BUFFERED body arrives as one message, and Envoy's buffer is
+   * set above the body limit (envoy/: 80 MiB for 64 MiB) so that an oversize body still reaches us and
+   * gets our JSON 413 rather than a gRPC RESOURCE_EXHAUSTED (a bare 500). Twice the limit covers that
+   * while still bounding what a stray gRPC client can make us hold.
+   */
+  readonly receiveBytes: number;
+  /**
+   * `grpc.max_send_message_length`: a BUFFERED forward body goes out as one message and may be
+   * larger than the client's (token ids, transfer parameters), so twice the body limit.
+   */
+  readonly sendBytes: number;
+  /** The largest body we put into one outgoing message; above it the answer is a 500. */
+  readonly responseBodyBytes: number;
+}
+
+export function messageLimits(maxBodyBytes: number): MessageLimits {
+  if (!Number.isSafeInteger(maxBodyBytes) || maxBodyBytes <= 0) {
+    throw new RangeError(`maxBodyBytes: expected a positive integer, got ${String(maxBodyBytes)}`);
+  }
+  const receiveBytes = Math.min(2 * maxBodyBytes + MESSAGE_HEADROOM_BYTES, MAX_GRPC_MESSAGE_BYTES);
+  const sendBytes = Math.min(2 * maxBodyBytes + MESSAGE_HEADROOM_BYTES, MAX_GRPC_MESSAGE_BYTES);
+  return { receiveBytes, sendBytes, responseBodyBytes: sendBytes - MESSAGE_HEADROOM_BYTES };
+}
+
+/** Options for `new grpc.Server(...)` when the caller builds the server itself. */
+export function extProcServerOptions(maxBodyBytes: number): grpc.ServerOptions {
+  const limits = messageLimits(maxBodyBytes);
+  return {
+    'grpc.max_receive_message_length': limits.receiveBytes,
+    'grpc.max_send_message_length': limits.sendBytes,
+  };
+}
+
+export interface ExtProcServiceOptions {
+  readonly handler: RequestHandler;
+  /** The body limit the server's gRPC message sizes are derived from (64 MiB upstream default). */
+  readonly maxBodyBytes: number;
+  /** Dynamic-metadata namespace, e.g. `epd.coordinator`. */
+  readonly metadataNamespace: string;
+  /** Body mode assumed when Envoy (< 1.34) does not announce `protocol_config`. */
+  readonly fallbackBodyMode: FallbackBodyMode;
+  readonly log: Logger;
+}
+
+export interface ExtProcService {
+  /** `Process` streams currently open. */
+  activeStreams(): number;
+}
+
+/** Registers `envoy.service.ext_proc.v3.ExternalProcessor` on a server the caller owns. */
+export function addExtProcService(server: grpc.Server, opts: ExtProcServiceOptions): ExtProcService {
+  const limits = messageLimits(opts.maxBodyBytes);
+  const streamOptions = {
+    handler: opts.handler,
+    metadataNamespace: opts.metadataNamespace,
+    fallbackBodyMode: opts.fallbackBodyMode,
+    log: opts.log,
+    maxBodyBytes: opts.maxBodyBytes,
+    maxResponseBodyBytes: limits.responseBodyBytes,
+  };
+  let active = 0;
+  const process = (call: ProcessCall): void => {
+    active++;
+    let finished = false;
+    const onFinish = (): void => {
+      if (finished) return;
+      finished = true;
+      active--;
+    };
+    try {
+      new ProcessStream(call, streamOptions, onFinish);
+    } catch (err) {
+      // Only a bug in the constructor gets here; grpc-js ends the call with UNKNOWN.
+      onFinish();
+      opts.log.error({ err }, 'ext_proc: cannot start a Process stream');
+      throw err;
+    }
+  };
+  server.addService(extProcServiceDefinition(), { Process: process });
+  return { activeStreams: () => active };
+}
+
+export interface ExtProcServerOptions extends ExtProcServiceOptions {
+  /** `host:port` (`127.0.0.1:0` picks a free port) or `unix:///path/to.sock`. */
+  readonly address: string;
+  /** Default: insecure (plaintext h2c, as Envoy's ext_proc clusters usually are). */
+  readonly credentials?: grpc.ServerCredentials;
+  /** Called with the server before it binds: register health and other services here. */
+  readonly configure?: (server: grpc.Server) => void;
+}
+
+export interface ExtProcServer {
+  /** The bound TCP port (for unix sockets whatever grpc-js reports). */
+  readonly port: number;
+  /** The underlying server, for services added later. */
+  readonly server: grpc.Server;
+  activeStreams(): number;
+  /** Stops accepting calls, waits up to `graceMs` for open streams, then cancels the rest. */
+  shutdown(graceMs: number): Promise<void>;
+  /** Cancels every open stream now (each exchange is aborted) and closes the listener. */
+  forceShutdown(): void;
+}
+
+export async function startExtProcServer(opts: ExtProcServerOptions): Promise<ExtProcServer> {
+  const server = new grpc.Server(extProcServerOptions(opts.maxBodyBytes));
+  const service = addExtProcService(server, opts);
+  opts.configure?.(server);
+  const credentials = opts.credentials ?? grpc.ServerCredentials.createInsecure();
+  const port = await new Promise<number>((resolve, reject) => {
+    server.bindAsync(opts.address, credentials, (err, boundPort) => (err ? reject(err) : resolve(boundPort)));
+  });
+  return {
+    port,
+    server,
+    activeStreams: service.activeStreams,
+    shutdown: (graceMs: number) => shutdownGracefully(server, graceMs),
+    forceShutdown: () => server.forceShutdown(),
+  };
+}
+
+function shutdownGracefully(server: grpc.Server, graceMs: number): Promise<void> {
+  return new Promise<void>((resolve) => {
+    let done = false;
+    const finish = (): void => {
+      if (done) return;
+      done = true;
+      clearTimeout(timer);
+      resolve();
+    };
+    const timer = setTimeout(() => {
+      server.forceShutdown();
+      // forceShutdown is synchronous; tryShutdown's callback may never come after it.
+      setImmediate(finish);
+    }, Math.max(0, graceMs));
+    server.tryShutdown(() => finish());
+  });
+}

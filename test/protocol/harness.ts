@@ -1,0 +1,57 @@
+/** A real ext_proc server on 127.0.0.1 with a scripted handler, and an Envoy-like client. */
+import { randomBytes } from 'node:crypto';
+import { startExtProcServer, type ExtProcServer } from '../../src/extproc';
+import type { FallbackBodyMode } from '../../src/extproc/body-mode';
+import { silentLogger } from '../../src/observability/logger';
+import { EnvoyClient } from './envoy-client';
+import { ScriptedHandler } from './fake-handler';
+
+export const NS = 'epd.coordinator';
+
+export interface Harness {
+  readonly server: ExtProcServer;
+  readonly client: EnvoyClient;
+  readonly handler: ScriptedHandler;
+  close(): Promise<void>;
+}
+
+export async function startHarness(fallbackBodyMode: FallbackBodyMode, maxBodyBytes = 64 * 1024 * 1024): Promise<Harness> {
+  const handler = new ScriptedHandler();
+  const server = await startExtProcServer({
+    address: '127.0.0.1:0',
+    handler,
+    maxBodyBytes,
+    metadataNamespace: NS,
+    fallbackBodyMode,
+    log: silentLogger(),
+  });
+  const client = new EnvoyClient(server.port);
+  return {
+    server,
+    client,
+    handler,
+    async close() {
+      client.close();
+      await server.shutdown(1000);
+    },
+  };
+}
+
+/** Headers of a typical inference request, as Envoy forwards them. */
+export function chatHeaders(extra: Array<[string, string]> = []): Array<[string, string]> {
+  return [
+    [':method', 'POST'],
+    [':path', '/v1/chat/completions'],
+    [':authority', 'gateway.local'],
+    [':scheme', 'http'],
+    ['content-type', 'application/json'],
+    ['content-length', '1234'],
+    ['x-request-id', 'req-1'],
+    ...extra,
+  ];
+}
+
+/** Random bytes: no two chunks alike, so a misplaced or duplicated chunk is caught. */
+export function patternBytes(n: number): Buffer {
+  return randomBytes(n);
+}
