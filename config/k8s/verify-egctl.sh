@@ -1,0 +1,49 @@
+#!/usr/bin/env bash
+# Checks config/k8s the way Envoy Gateway itself would read it, then runs the manifest tests:
+#   1. installs egctl (Envoy Gateway's CLI, same version as the CRDs in ../shared/crds) into .tools/bin;
+#   2. copies Envoy Gateway's own CRDs (EnvoyProxy, ClientTrafficPolicy, ...) into .tools/crds, so the
+#      schema test also covers the kinds ../shared/crds does not hold;
+#   3. runs test/unit/manifests: schema validation, `egctl x translate` of the manifests and
+#      `envoy --mode validate` of the result (Envoy from scripts/ensure-deps.sh envoy).
+#
+#   config/k8s/verify-egctl.sh [--install-only] [jest args...]
+#
+# Needs Go >= 1.24 for the first run (a few minutes: egctl is a large build). Everything lands in
+# .tools/ (git-ignored); cache that folder in CI, keyed on this file, and later runs take seconds.
+# Without .tools/bin/egctl the translation tests skip and say why.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+EG_VERSION=v1.9.0
+EG_MODULE=github.com/envoyproxy/gateway
+BIN_DIR="$PWD/.tools/bin"
+CRD_DIR="$PWD/.tools/crds/envoy-gateway-$EG_VERSION"
+log() { printf '[verify-egctl] %s\n' "$*" >&2; }
+
+have_egctl() {
+  [ -x "$BIN_DIR/egctl" ] && go version -m "$BIN_DIR/egctl" 2>/dev/null | grep -Eq "^\s*mod\s+$EG_MODULE\s+$EG_VERSION\s"
+}
+
+if ! command -v go >/dev/null 2>&1; then
+  log "ERROR: go is not on PATH; install Go >= 1.24 or copy an egctl $EG_VERSION binary to $BIN_DIR/egctl"
+  exit 1
+fi
+
+if ! have_egctl; then
+  log "installing egctl $EG_VERSION into $BIN_DIR (first run builds it; this takes a while)"
+  mkdir -p "$BIN_DIR"
+  GOBIN="$BIN_DIR" go install "$EG_MODULE/cmd/egctl@$EG_VERSION"
+fi
+
+if [ ! -f "$CRD_DIR/gateway.envoyproxy.io_envoyproxies.yaml" ]; then
+  src=$(cd /tmp && go mod download -json "$EG_MODULE@$EG_VERSION" | node -e 'let s="";process.stdin.on("data",d=>s+=d).on("end",()=>console.log(JSON.parse(s).Dir))')
+  log "copying Envoy Gateway $EG_VERSION CRDs from $src"
+  mkdir -p "$CRD_DIR"
+  cp "$src/charts/gateway-helm/charts/crds/crds/generated/"*.yaml "$CRD_DIR/"
+  chmod u+w "$CRD_DIR"/*.yaml
+fi
+
+if [ "${1:-}" = "--install-only" ]; then
+  exit 0
+fi
+exec npx jest test/unit/manifests "$@"

@@ -1,0 +1,255 @@
+/**
+ * Generates docs/configuration.md: the scalar keys come from `KEYS` (the table the loader itself
+ * reads), the step params from the data below. Regenerate after changing either:
+ *
+ *   npx tsx src/config/reference.ts > docs/configuration.md
+ *
+ * test/unit/manifests/config-reference.test.ts fails while the committed page differs.
+ */
+import { envName } from './config';
+import { KEYS, type KeySpec } from './schema';
+
+export const REGENERATE_COMMAND = 'npx tsx src/config/reference.ts > docs/configuration.md';
+
+export interface StepParamSpec {
+  readonly name: string;
+  readonly type: string;
+  /** As written in YAML; `undefined` = no default. */
+  readonly default?: string;
+  readonly doc: string;
+}
+
+export interface StepSpec {
+  readonly type: string;
+  readonly doc: string;
+  readonly params: readonly StepParamSpec[];
+}
+
+// The three params every step receives from the `pipeline:` section unless it sets its own.
+const USE_OPENAI_FORMAT: StepParamSpec = {
+  name: 'use_openai_format',
+  type: 'bool',
+  default: 'from `pipeline.use_openai_format`',
+  doc: '`false` sends the tokens-in `/inference/v1/generate` format to the workers.',
+};
+const KV_CONNECTOR: StepParamSpec = {
+  name: 'kv_connector',
+  type: 'enum: kv-shared-storage, kv-nixl, kv-sglang',
+  default: 'from `pipeline.kv_connector`, else kv-shared-storage',
+  doc: 'Shape of the `kv_transfer_params` handed from prefill to decode. Unknown names stop start-up.',
+};
+const EC_CONNECTOR: StepParamSpec = {
+  name: 'ec_connector',
+  type: 'enum: ec-shared-storage, ec-nixl',
+  default: 'from `pipeline.ec_connector`, else ec-shared-storage',
+  doc: 'Shape of the `ec_transfer_params` handed from encode to prefill. Unknown names stop start-up.',
+};
+
+const KV_CONNECTOR_PARAMS: StepParamSpec = {
+  name: 'kv_connector_params',
+  type: 'map',
+  default: '{}',
+  doc: 'kv-sglang only: `{bootstrap_port: 1-65535}`. Without it, env `SGLANG_BOOTSTRAP_PORT`, else 8998. Other connectors take no params.',
+};
+
+/** The step types of the upstream coordinator (same names and params), in pipeline order. */
+export const STEPS: readonly StepSpec[] = [
+  {
+    type: 'replace-media-urls',
+    doc: 'Downloads every `image_url` of a chat request and inlines it as a `data:` URL, with an SSRF guard. No gateway call.',
+    params: [
+      { name: 'download_timeout', type: 'duration', default: '10s', doc: 'Total time per download, redirects and body included.' },
+      { name: 'max_concurrent_downloads', type: 'int > 0', default: '10', doc: 'Downloads in flight for one request.' },
+      { name: 'max_multimodal_entries', type: 'int >= 0', default: '0', doc: 'Most image parts per request (0 = no limit); more is a 400 before any download.' },
+      { name: 'max_download_size', type: 'int > 0 (MiB)', default: '10', doc: 'Largest image; larger is a 400.' },
+      { name: 'allow_private_networks', type: 'bool', default: 'false', doc: 'Allow RFC 1918 addresses. Loopback, link-local, CGNAT and IPv6 unique-local stay blocked.' },
+      { name: 'allowed_domains', type: 'list of strings', default: '[] (any host)', doc: 'Host names an image may come from, matched case-insensitively, also on every redirect.' },
+      { name: 'allowed_ip_ranges', type: 'list of CIDR strings', default: '[]', doc: 'Exemptions from the address guard, e.g. `127.0.0.1/32` for a local image server. A range covering every address is refused; configured ranges are logged at start-up.' },
+    ],
+  },
+  {
+    type: 'render',
+    doc: 'Tokenizes once: chat and completions-string prompts go to the render service, called directly (not through the gateway).',
+    params: [
+      { name: 'address', type: 'string (URL)', default: '""', doc: 'Base URL of the render service. Needed for chat and string prompts; an empty address fails those requests with 502.' },
+      { name: 'timeout', type: 'duration', default: '30s', doc: 'Total time per render call.' },
+      { name: 'max_idle_conns_per_host', type: 'int >= 0', default: '100', doc: 'Idle keep-alive connections kept to the render service.' },
+      { name: 'idle_conn_timeout', type: 'duration', default: '90s', doc: 'How long an idle render connection is kept.' },
+      { name: 'max_total_tokens', type: 'int >= 0', default: '0', doc: 'Most prompt tokens (0 = no limit); more is a 400.' },
+      { name: 'max_total_placeholder_tokens', type: 'int >= 0', default: '0', doc: 'Most multimodal placeholder tokens in a chat request (0 = no limit); more is a 400.' },
+    ],
+  },
+  {
+    type: 'conditional-decode',
+    doc: 'Asks a decode worker with `Prefer: if-available` whether it can answer from cache. A 412 continues the cascade; any other answer goes to the client.',
+    params: [USE_OPENAI_FORMAT],
+  },
+  {
+    type: 'encode',
+    doc: 'One encode call per image (EPP-Profile: encode), in parallel; collects the `ec_transfer_params`.',
+    params: [
+      { name: 'max_parallel', type: 'int > 0', default: '8', doc: 'Encode calls in flight for one request; the first failure cancels the rest.' },
+      USE_OPENAI_FORMAT,
+      EC_CONNECTOR,
+    ],
+  },
+  {
+    type: 'prefill',
+    doc: 'One prefill call (EPP-Profile: prefill) with max_tokens 1 and stream false; collects the `kv_transfer_params`.',
+    params: [
+      USE_OPENAI_FORMAT,
+      KV_CONNECTOR,
+      EC_CONNECTOR,
+      KV_CONNECTOR_PARAMS,
+      { name: 'dp_size', type: 'int >= 1', default: '1', doc: 'Data-parallel engine ranks behind each worker pod; only kv-nixl uses it.' },
+      { name: 'retries', type: 'int 0-3', default: '1', doc: 'Extra prefill attempts after a connect failure, a reset or a 5xx. Decode has not started yet, so a retry never repeats work.' },
+    ],
+  },
+  {
+    type: 'decode',
+    doc: 'Rewrites the client request into the decode request (EPP-Profile: decode) that Envoy forwards; the answer streams back through Envoy. Last step.',
+    params: [USE_OPENAI_FORMAT, KV_CONNECTOR],
+  },
+  {
+    type: 'prefill-decode',
+    doc: 'Replaces `prefill` + `decode` for connectors whose two legs must be in flight together (kv-sglang): reserves a prefill pod through the EPP (`Prefer: reserve-endpoint`), names it in both bodies, then sends prefill while Envoy forwards the decode request. Last step.',
+    params: [
+      USE_OPENAI_FORMAT,
+      { ...KV_CONNECTOR, type: 'enum: kv-sglang', doc: 'Must be a connector that runs both legs at once; today only kv-sglang. Others stop start-up.' },
+      EC_CONNECTOR,
+      KV_CONNECTOR_PARAMS,
+    ],
+  },
+  {
+    type: 'async-broker',
+    doc: 'Optional first step bridging to the llm-d-async Redis broker, chosen per request by a header. Unknown params stop start-up. Details: [async-broker.md](async-broker.md).',
+    params: [
+      { name: 'redis_url', type: 'string (URL)', doc: 'Required. `redis://user:pass@host:port/db` or `rediss://`.' },
+      { name: 'mode_header', type: 'string', default: 'X-AP-Mode', doc: 'Request header choosing `passthrough`, `enqueue` or `wait` (case-insensitive); absent = step does nothing.' },
+      { name: 'tenant_header', type: 'string', default: 'X-Team', doc: 'Request header naming the tenant.' },
+      { name: 'timeout_header', type: 'string', default: 'X-Request-Timeout-Seconds', doc: 'Request header with the client\'s deadline in seconds.' },
+      { name: 'timeouts', type: 'map enqueue/wait -> {default_seconds, max_seconds}', default: 'wait 60, enqueue 3600, no max', doc: 'Deadline when the client sends none, and the cap on what it may ask for.' },
+      { name: 'wait_cap_seconds', type: 'int', default: '0', doc: 'Above 0, a `wait` request still pending after this long gets 202 instead of holding on.' },
+      { name: 'fetch_grace_seconds', type: 'int >= 0', default: '60', doc: 'How long a delivered result stays readable (0 = deleted on delivery).' },
+      { name: 'routes', type: 'list of {model, tenant, queue, tier}', default: '[]', doc: 'First match wins; an empty model or tenant matches anything; an empty queue or tier inherits the default.' },
+      { name: 'default_queue', type: 'string', default: 'request-sortedset', doc: 'Queue for requests no route names.' },
+      { name: 'default_tier', type: 'string', default: '""', doc: 'Tier for requests no route names.' },
+      { name: 'objectives', type: 'map tier -> {reserved, overflow}', default: '{}', doc: 'Objective stamped on passthrough requests, by tier and quota state.' },
+      { name: 'objective_header', type: 'string', default: 'x-llm-d-inference-objective', doc: 'Header carrying the objective.' },
+      { name: 'fairness_header', type: 'string', default: 'x-llm-d-inference-fairness-id', doc: 'Header carrying the fairness id.' },
+      { name: 'quota.prefix', type: 'string', default: 'quota:', doc: 'Prefix of the Redis quota counters.' },
+      { name: 'quota.attribute', type: 'string', default: 'userid', doc: 'Metadata key carrying the tenant.' },
+      { name: 'quota.limits', type: 'map tenant -> int', default: '{}', doc: 'Reserved concurrency per tenant; absent or <= 0 = always reserved.' },
+      { name: 'quota.window_seconds', type: 'int', default: '300', doc: 'Lifetime of a quota counter.' },
+      { name: 'forward_headers', type: 'list of strings', default: '[x-llm-d-slo-ttft-ms, x-llm-d-slo-tpot-ms]', doc: 'Request headers copied into the queued envelope.' },
+      { name: 'wakeup_mode', type: 'enum: auto, notify, poll', default: 'auto', doc: 'How a waiting request learns its result landed: keyspace notifications, polling, or notifications with polling as fallback.' },
+    ],
+  },
+];
+
+/** Table cells may not hold a raw `|` or a line break. */
+function cell(text: string): string {
+  return text.replace(/\|/g, '\\|').replace(/\r?\n/g, ' ');
+}
+
+function keyType(spec: KeySpec): string {
+  let t: string;
+  switch (spec.type) {
+    case 'enum':
+      t = `enum: ${spec.values!.join(', ')}`;
+      break;
+    case 'int':
+      t = spec.min !== undefined ? `int >= ${spec.min}` : 'int';
+      break;
+    default:
+      t = spec.type;
+  }
+  // Accepted so that upstream files load; the loader warns that it has no effect.
+  return spec.inert ? `${t} (inert)` : t;
+}
+
+function keyDefault(spec: KeySpec): string {
+  if (spec.default === undefined) return '—';
+  return `\`${typeof spec.default === 'string' && spec.type === 'string' ? JSON.stringify(spec.default) : String(spec.default)}\``;
+}
+
+function sectionOf(key: string): string {
+  const dot = key.indexOf('.');
+  return dot < 0 ? '(top level)' : key.slice(0, dot);
+}
+
+/** The whole page, deterministic (same input, same bytes). */
+export function renderConfigurationReference(keys: readonly KeySpec[] = KEYS, steps: readonly StepSpec[] = STEPS): string {
+  const out: string[] = [];
+  out.push(
+    '# Configuration reference',
+    '',
+    `<!-- Generated from src/config/schema.ts and src/config/reference.ts. Do not edit by hand: ${REGENERATE_COMMAND} -->`,
+    '',
+    'epd-coordinator reads one YAML file, given by `--config` (default `config/coordinator.yaml`; the',
+    'container image uses `/etc/epd-coordinator/coordinator.yaml`). `-v N` overrides `log_level`.',
+    'The `pipeline:` section has the keys of the upstream llm-d coordinator and loads unchanged;',
+    '`server:` describes the gRPC ext_proc listener instead of an HTTP one.',
+    '',
+    'A bad value stops start-up with a message naming the key and what was expected. Unknown keys are',
+    'logged as warnings and ignored, and so are the *inert* keys: upstream HTTP-server settings that are',
+    'accepted so that an upstream file loads, but have no effect here.',
+    '',
+    '## Environment overrides',
+    '',
+    'Every key below can be set from the environment: `COORDINATOR_` + the key upper-cased with `.`',
+    'replaced by `_`. The environment wins over the file, also for keys the file does not mention.',
+    'Values are read with the key\'s type (`true`/`false`/`1`/`0` for bools, Go-style durations such as',
+    '`30s` or `1m30s`). Step params live in a list and cannot be set from the environment.',
+    '',
+    '## Keys',
+    '',
+  );
+  let section = '';
+  for (const spec of keys) {
+    const s = sectionOf(spec.key);
+    if (s !== section) {
+      if (section !== '') out.push('');
+      section = s;
+      out.push(`### ${s === '(top level)' ? 'Top level' : `\`${s}\``}`, '');
+      out.push('| key | type | default | environment | meaning |', '| --- | --- | --- | --- | --- |');
+    }
+    out.push(`| \`${spec.key}\` | ${cell(keyType(spec))} | ${cell(keyDefault(spec))} | \`${envName(spec.key)}\` | ${cell(spec.doc)} |`);
+  }
+  out.push(
+    '',
+    '### `pipeline.steps`',
+    '',
+    'The ordered list of steps every request runs, each `{type, params}`. An empty list lets every',
+    'request through unchanged. The pipeline-level `kv_connector`, `ec_connector` and',
+    '`use_openai_format` are handed to every step unless the step sets its own; a step ignores the ones',
+    'it has no use for. `pipeline.use_openai_format: false` needs a `render` step.',
+    '',
+    '```yaml',
+    'pipeline:',
+    '  steps:',
+    '    - type: render',
+    '      params:',
+    '        address: "http://vllm-render:8000"',
+    '    - type: prefill',
+    '    - type: decode',
+    '```',
+    '',
+    '## Step params',
+    '',
+    'A step type the build does not register stops start-up with the list of the known ones.',
+  );
+  for (const step of steps) {
+    out.push('', `### \`${step.type}\``, '', step.doc, '');
+    out.push('| param | type | default | meaning |', '| --- | --- | --- | --- |');
+    for (const p of step.params) {
+      out.push(`| \`${p.name}\` | ${cell(p.type)} | ${p.default === undefined ? '—' : cell(p.default)} | ${cell(p.doc)} |`);
+    }
+  }
+  out.push('');
+  return out.join('\n');
+}
+
+if (require.main === module) {
+  process.stdout.write(renderConfigurationReference());
+}
