@@ -22,6 +22,14 @@ export function buildPipeline(settings: PipelineSettings, registry: StepRegistry
       false,
     );
   }
+  const asyncAt = settings.steps.findIndex((s) => s.type === 'async-broker');
+  if (asyncAt > 0) {
+    // It decides whether the request runs now at all, so nothing may run before it.
+    throw new ConfigError(
+      `pipeline.steps[${asyncAt}]`,
+      `the "async-broker" step to be the first pipeline step, found it at position ${asyncAt + 1}`,
+    );
+  }
   return settings.steps.map((cfg, i) => {
     const params: Record<string, unknown> = { ...cfg.params };
     if (settings.kvConnector && params['kv_connector'] === undefined) params['kv_connector'] = settings.kvConnector;

@@ -76,7 +76,7 @@ export function storedEntryResponse(raw: string, requestId?: string): StepRespon
  * a result again would hand a retrying client the very failure it is retrying (our fix of the
  * stale-result flaw, docs/async-broker.md).
  */
-export function isRetryableOutcome(raw: string): boolean {
+export function isFailedOutcome(raw: string): boolean {
   try {
     const r = parseResultMessage(raw);
     return !(r.statusCode >= 200 && r.statusCode <= 299);

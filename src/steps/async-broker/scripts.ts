@@ -54,8 +54,9 @@ return 0
 `;
 
 /**
- * The AP's `cleanupRequestStateScript` (compare-and-delete), used by the test processor. KEYS
- * request-active, request-cancel; ARGV token.
+ * The AP's `cleanupRequestStateScript` (compare-and-delete). KEYS request-active, request-cancel;
+ * ARGV token. The step runs it only to take back its own marker after a failed submit; the test
+ * processor runs it after each result.
  */
 export const CLEANUP_REQUEST_STATE = `local token = ARGV[1]
 if token == "" then

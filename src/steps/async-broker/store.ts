@@ -8,7 +8,7 @@ import Redis from 'ioredis';
 import type { Logger } from 'pino';
 import { CANCEL_TTL_SECONDS, type RequestKeys } from './keys';
 import { ioredisOptions, type RedisTarget } from './redis-url';
-import { MARK_CANCELLED, QUOTA_ACQUIRE, QUOTA_RELEASE, UNCANCEL } from './scripts';
+import { CLEANUP_REQUEST_STATE, MARK_CANCELLED, QUOTA_ACQUIRE, QUOTA_RELEASE, UNCANCEL } from './scripts';
 
 /** A Lua script run as EVALSHA, falling back to EVAL when the server does not have it cached. */
 export class LuaScript {
@@ -32,6 +32,7 @@ const acquireScript = new LuaScript(QUOTA_ACQUIRE);
 const releaseScript = new LuaScript(QUOTA_RELEASE);
 const cancelScript = new LuaScript(MARK_CANCELLED);
 const uncancelScript = new LuaScript(UNCANCEL);
+const cleanupScript = new LuaScript(CLEANUP_REQUEST_STATE);
 
 /** What a request id looks like in Redis right now. */
 export type RequestState =
@@ -136,7 +137,15 @@ export class BrokerStore {
     tx.del(s.keys.cancel);
     tx.set(s.keys.active, s.token, 'PX', s.ttlMs);
     tx.zadd(s.queue, s.deadline, s.member);
-    checkExec(await tx.exec(), 'submit');
+    const replies = await tx.exec();
+    try {
+      checkExec(replies, 'submit');
+    } catch (err) {
+      // A transaction does not roll back: if the ZADD failed (e.g. WRONGTYPE) the marker is set with
+      // nothing queued behind it. Take our marker back so the id does not look pending until its deadline.
+      await cleanupScript.run(c, [s.keys.active, s.keys.cancel], [s.token]).catch(() => undefined);
+      throw err;
+    }
   }
 
   /**

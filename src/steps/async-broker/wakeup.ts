@@ -49,10 +49,11 @@ export class Wakeup {
   private resolved: 'notify' | 'poll' | undefined;
   private probing: Promise<'notify' | 'poll'> | undefined;
   private subscriber: Redis | undefined;
+  private subscriberConnect: Promise<void> | undefined;
   private readonly channels = new Map<string, Channel>();
 
   constructor(
-    private readonly mode: WakeupMode,
+    mode: WakeupMode,
     private readonly store: BrokerStore,
     private readonly log: Logger,
   ) {
@@ -107,10 +108,15 @@ export class Wakeup {
     return this.subscriber;
   }
 
-  private async connectedSubscriber(): Promise<Redis> {
+  /** The subscriber, connected on first use; concurrent first holds share that one connect. */
+  private connectedSubscriber(): Promise<Redis> {
     const sub = this.ensureSubscriber();
-    if (sub.status === 'wait') await withTimeout(sub.connect(), PROBE_TIMEOUT_MS, 'subscriber connect');
-    return sub;
+    if (sub.status === 'wait' && !this.subscriberConnect) {
+      this.subscriberConnect = withTimeout(sub.connect(), PROBE_TIMEOUT_MS, 'subscriber connect').finally(() => {
+        this.subscriberConnect = undefined;
+      });
+    }
+    return this.subscriberConnect ? this.subscriberConnect.then(() => sub) : Promise.resolve(sub);
   }
 
   /**

@@ -144,3 +144,15 @@ describe('buildPipeline', () => {
     );
   });
 });
+
+describe('buildPipeline: async-broker placement', () => {
+  const r = new StepRegistry();
+  for (const t of ['async-broker', 'render', 'decode']) r.register(t, () => ({ type: t, execute: async () => undefined }) as Step);
+  test('async-broker first is accepted; anywhere else refuses to start', () => {
+    const base = { kvConnector: undefined, ecConnector: undefined, useOpenaiFormat: true };
+    expect(() => buildPipeline({ ...base, steps: [{ type: 'async-broker', params: {} }, { type: 'decode', params: {} }] }, r, {} as never)).not.toThrow();
+    expect(() => buildPipeline({ ...base, steps: [{ type: 'render', params: {} }, { type: 'async-broker', params: {} }] }, r, {} as never)).toThrow(
+      'pipeline.steps[1]: expected the "async-broker" step to be the first pipeline step, found it at position 2',
+    );
+  });
+});

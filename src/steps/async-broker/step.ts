@@ -1,0 +1,169 @@
+/**
+ * The `async-broker` step (reference async-broker.md §2): requests with the mode header are
+ * classified and stamped (passthrough), or queued for llm-d-async (enqueue, wait); requests without
+ * it are untouched.
+ */
+import type { Logger } from 'pino';
+import type { RequestContext } from '../../pipeline/context';
+import type { Step, StepDeps, StepOutcome, StepResponse } from '../../pipeline/step';
+import { STEP_NAME, type AsyncBrokerConfig, type QueuedMode } from './config';
+import { requestKeys } from './keys';
+import { QuotaClassifier } from './quota';
+import { checkRequest, modeValue } from './request';
+import { ENQUEUE_FAILED_MESSAGE, errorResponse, pendingResponse, storedEntryResponse } from './responses';
+import { deleteRoute, fetchRoute, modelsRoute } from './routes';
+import { routeFor, UnroutedModels } from './routing';
+import { BrokerStore } from './store';
+import { admit } from './submit';
+import { holdForResult } from './wait';
+import { Wakeup } from './wakeup';
+
+/** Deprecated aliases the EPP still reads; a client must not self-assign priority through them (A3). */
+const DEPRECATED_ALIASES = ['x-gateway-inference-objective', 'x-gateway-inference-fairness-id'];
+
+/** Lifecycle hooks of a step that owns connections; the service calls them at start, on health checks and at shutdown. */
+export interface ManagedStep {
+  /** Connects and PINGs (5 s), then settles the wake-up mode. Rejects when Redis is unreachable. */
+  start(): Promise<void>;
+  /** Readiness: true when Redis answers PING within `timeoutMs`. Never rejects. */
+  ping(timeoutMs?: number): Promise<boolean>;
+  /** Closes the Redis connections. Idempotent. */
+  close(): Promise<void>;
+}
+
+/**
+ * Removes a client header server-side. The pipeline context can only stamp, so an empty value stands
+ * in for removal: the EPP treats an empty objective like an absent one.
+ */
+function clearHeader(ctx: RequestContext, name: string): void {
+  if (ctx.headers[name] !== undefined) ctx.stampHeader(name, '');
+}
+
+function withTimeout<T>(p: Promise<T>, ms: number): Promise<T | undefined> {
+  let timer: NodeJS.Timeout | undefined;
+  return Promise.race([
+    p,
+    new Promise<undefined>((resolve) => {
+      timer = setTimeout(() => resolve(undefined), ms);
+    }),
+  ]).finally(() => clearTimeout(timer));
+}
+
+export class AsyncBrokerStep implements Step, ManagedStep {
+  readonly type = STEP_NAME;
+  readonly store: BrokerStore;
+  private readonly wakeup: Wakeup;
+  private readonly quota: QuotaClassifier;
+  private readonly unrouted = new UnroutedModels();
+
+  constructor(
+    readonly config: AsyncBrokerConfig,
+    log: Logger,
+  ) {
+    this.store = new BrokerStore(config.redis, log);
+    this.wakeup = new Wakeup(config.wakeupMode, this.store, log);
+    this.quota = new QuotaClassifier(config.quota, this.store);
+  }
+
+  /** Registers `GET /v1/models`, `GET` and `DELETE /v1/requests/{id}`. */
+  registerRoutes(register: StepDeps['registerRoute']): void {
+    register(modelsRoute(this.config));
+    register(fetchRoute(this.config, this.store));
+    register(deleteRoute(this.config, this.store));
+  }
+
+  async start(): Promise<void> {
+    const pong = await withTimeout(this.store.ping().then(() => true), 5000);
+    if (!pong) throw new Error('async-broker: failed to connect to Redis: PING timed out');
+    await this.wakeup.effectiveMode();
+  }
+
+  /** How wait holds learn of results: keyspace notifications, or polling (resolves the `auto` probe). */
+  wakeupMode(): Promise<'notify' | 'poll'> {
+    return this.wakeup.effectiveMode();
+  }
+
+  async ping(timeoutMs = 1000): Promise<boolean> {
+    try {
+      return (await withTimeout(this.store.ping().then(() => true), timeoutMs)) === true;
+    } catch {
+      return false;
+    }
+  }
+
+  async close(): Promise<void> {
+    await this.wakeup.close();
+    await this.store.close();
+  }
+
+  async execute(ctx: RequestContext): Promise<StepOutcome> {
+    const raw = modeValue(ctx.headers, this.config);
+    if (raw === undefined) return undefined;
+    const checked = checkRequest(ctx, raw, this.config);
+    if (!checked.ok) return { respond: checked.response };
+    const route = routeFor(this.config.routes, { queue: this.config.defaultQueue, tier: this.config.defaultTier }, ctx.model, checked.tenant);
+    if (!route.matched) {
+      if (this.unrouted.firstSighting(ctx.model)) ctx.log.info({ model: ctx.model }, 'async-broker: model has no route; using the defaults');
+      else ctx.log.debug({ model: ctx.model }, 'async-broker: model has no route; using the defaults');
+    }
+    if (checked.mode === 'passthrough') {
+      await this.passthrough(ctx, checked.tenant, route.tier);
+      return undefined;
+    }
+    return { respond: await this.queued(ctx, checked.mode, checked.tenant, route) };
+  }
+
+  /** Classify, then strip and re-stamp the objective and fairness headers; the pipeline continues. */
+  private async passthrough(ctx: RequestContext, tenant: string, tier: string): Promise<void> {
+    const cls = await this.quota.classify(tenant, ctx.signal, ctx.log);
+    const objectives = this.config.objectives.get(tier);
+    const objective = objectives ? objectives[cls] : '';
+    if (objective !== '') ctx.stampHeader(this.config.objectiveHeader, objective);
+    else clearHeader(ctx, this.config.objectiveHeader);
+    ctx.stampHeader(this.config.fairnessHeader, tenant);
+    for (const alias of DEPRECATED_ALIASES) clearHeader(ctx, alias);
+    ctx.log.debug({ tenant, tier, classification: cls }, 'async-broker: passthrough classified');
+  }
+
+  private async queued(
+    ctx: RequestContext,
+    mode: QueuedMode,
+    tenant: string,
+    route: { queue: string; tier: string; matched: boolean },
+  ): Promise<StepResponse> {
+    const id = ctx.requestId;
+    const keys = requestKeys(tenant, id);
+    const admission = await admit({ ctx, cfg: this.config, store: this.store, mode, tenant, keys, route, nowMs: Date.now() });
+    switch (admission.kind) {
+      case 'failed':
+        ctx.log.warn({ err: admission.reason }, 'async-broker: enqueue failed');
+        return errorResponse(503, 'api_error', 'ENQUEUE_FAILED', ENQUEUE_FAILED_MESSAGE, id);
+      case 'stored':
+        if (mode === 'enqueue') return pendingResponse(id, id);
+        return this.deliverStored(ctx, keys.mailbox, admission.raw, id);
+      case 'live':
+      case 'submitted':
+        if (mode === 'enqueue') return pendingResponse(id, id);
+        return holdForResult({
+          store: this.store,
+          wakeup: this.wakeup,
+          keys,
+          db: this.config.redis.db,
+          id,
+          timeoutMs: admission.timeoutSeconds * 1000,
+          capMs: this.config.waitCapSeconds * 1000,
+          signal: ctx.signal,
+          log: ctx.log,
+        });
+    }
+  }
+
+  /** A wait-mode retry re-attached to a stored result: deliver it and reclaim the mailbox. */
+  private async deliverStored(ctx: RequestContext, mailbox: string, raw: string, id: string): Promise<StepResponse> {
+    const response = storedEntryResponse(raw, id);
+    if (!ctx.signal.aborted) {
+      await this.store.deleteKey(mailbox).catch((err: Error) => ctx.log.warn({ err: err.message }, 'async-broker: deleting the delivered mailbox failed'));
+    }
+    return response;
+  }
+}
