@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# npm run bench [-- SUITE [suite options]]   (default suite: spine; `npm run bench -- spine --help`)
+# npm run bench [-- SUITE [suite options]]   (default suite: spine; suites: spine, conditional;
+# `npm run bench -- spine --help`)
 #
 # Benchmarks run everything on 127.0.0.1 with free ports, so they can run next to `npm run stack`.
 # Results go to bench/results/<suite>.json; logs of the last run to .cache/bench-<suite>/.
@@ -14,8 +15,9 @@ if [ $# -gt 0 ] && [[ "$1" != -* ]]; then
 fi
 case "$suite" in
   spine) exec node --import tsx bench/spine.ts "$@" ;;
+  conditional) exec node --import tsx bench/conditional.ts "$@" ;;
   *)
-    echo "bench: unknown suite '$suite' (available: spine)" >&2
+    echo "bench: unknown suite '$suite' (available: spine, conditional)" >&2
     exit 2
     ;;
 esac

@@ -44,6 +44,12 @@ export interface LocalStackOptions {
   readonly logLevel?: number;
   /** Extra simulator flags, e.g. `--inter-token-latency-ms 20`. */
   readonly simArgs?: readonly string[];
+  /**
+   * Probe with `conditional-decode` (after render) before the cascade. The decode simulator always
+   * stands in for the EPP's gate (412 unless the prompt prefix was served before); with this off
+   * nothing sends it `Prefer: if-available`, so every request is a plain cascade. Default false.
+   */
+  readonly conditionalDecode?: boolean;
   /** Access-log flush interval. */
   readonly flushIntervalMs?: number;
   /** Progress messages. */
@@ -80,7 +86,8 @@ export async function checkPortsFree(ports: LocalStackPorts): Promise<void> {
   if (busy.length > 0) throw new PortsBusyError(busy);
 }
 
-export function coordinatorConfig(opts: Pick<LocalStackOptions, 'ports' | 'kvConnector' | 'logLevel'>): string {
+export function coordinatorConfig(opts: Pick<LocalStackOptions, 'ports' | 'kvConnector' | 'logLevel' | 'conditionalDecode'>): string {
+  const render = { type: 'render', params: { address: `http://127.0.0.1:${opts.ports.render}`, timeout: '30s' } };
   const doc = {
     log_level: opts.logLevel ?? 2,
     server: { listen_addr: `127.0.0.1:${opts.ports.extProc}`, max_request_body_size: 64, body_mode: 'auto' },
@@ -88,11 +95,7 @@ export function coordinatorConfig(opts: Pick<LocalStackOptions, 'ports' | 'kvCon
     pipeline: {
       kv_connector: opts.kvConnector,
       use_openai_format: true,
-      steps: [
-        { type: 'render', params: { address: `http://127.0.0.1:${opts.ports.render}`, timeout: '30s' } },
-        { type: 'prefill' },
-        { type: 'decode' },
-      ],
+      steps: [render, ...(opts.conditionalDecode ? [{ type: 'conditional-decode' }] : []), { type: 'prefill' }, { type: 'decode' }],
     },
   };
   return `# Written by scripts/local-stack.ts for this run; edits are overwritten.\n${yaml.dump(doc, { lineWidth: 120 })}`;
@@ -125,7 +128,9 @@ export async function startLocalStack(opts: LocalStackOptions): Promise<LocalSta
     ] as const;
     for (const [role, port] of roles) {
       const name = `sim-${role}-0`;
-      const cmd = tsNode('sim/cli.ts', ['--port', String(port), '--name', name, '--role', role, '--mode', 'echo', ...(opts.simArgs ?? [])]);
+      // The decode pool answers `Prefer: if-available` as the EPP would (sim/prefix-cache.ts).
+      const gate = role === 'decode' ? ['--honour-prefer-if-available', 'true'] : [];
+      const cmd = tsNode('sim/cli.ts', ['--port', String(port), '--name', name, '--role', role, '--mode', 'echo', ...gate, ...(opts.simArgs ?? [])]);
       children.push(
         await startChild({ name, ...cmd, cwd: REPO_ROOT, logPath: join(dir, `${name}.log`), ready: /^sim \S+ listening on / }),
       );

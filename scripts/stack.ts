@@ -10,20 +10,23 @@ import { REPO_ROOT, type EnvoyBodyMode } from './envoy-bootstrap';
 import { checkPortsFree, PortsBusyError, startLocalStack, STACK_PORTS, type LocalStack } from './local-stack';
 
 const KV_CONNECTORS = ['kv-shared-storage', 'kv-nixl', 'kv-sglang'];
-const USAGE = `usage: npm run stack [-- --buffered] [-- --kv-connector ${KV_CONNECTORS.join('|')}] [-- --inter-token-latency-ms N]`;
+const USAGE = `usage: npm run stack [-- --buffered] [-- --kv-connector ${KV_CONNECTORS.join('|')}] [-- --inter-token-latency-ms N]
+       [-- --no-conditional-decode]`;
 
 interface Args {
   bodyMode: EnvoyBodyMode;
   kvConnector: string;
   simArgs: string[];
+  conditionalDecode: boolean;
 }
 
 function parseArgs(argv: string[]): Args {
-  const args: Args = { bodyMode: 'full_duplex', kvConnector: 'kv-shared-storage', simArgs: [] };
+  const args: Args = { bodyMode: 'full_duplex', kvConnector: 'kv-shared-storage', simArgs: [], conditionalDecode: true };
   for (let i = 0; i < argv.length; i++) {
     const a = argv[i]!;
     if (a === '--buffered') args.bodyMode = 'buffered';
     else if (a === '--full-duplex') args.bodyMode = 'full_duplex';
+    else if (a === '--no-conditional-decode') args.conditionalDecode = false;
     else if (a === '--kv-connector' && KV_CONNECTORS.includes(argv[i + 1] ?? '')) args.kvConnector = argv[++i]!;
     else if (a === '--inter-token-latency-ms' && /^\d{1,6}$/.test(argv[i + 1] ?? '')) args.simArgs.push(a, argv[++i]!);
     else if (a === '-h' || a === '--help') {
@@ -99,6 +102,7 @@ async function main(): Promise<void> {
       bodyMode: args.bodyMode,
       kvConnector: args.kvConnector,
       simArgs: args.simArgs,
+      conditionalDecode: args.conditionalDecode,
       say,
     });
   } catch (err) {
@@ -127,7 +131,15 @@ epd-coordinator stack is up (${args.bodyMode === 'buffered' ? 'BUFFERED' : 'FULL
     curl -sSN ${stack.publicUrl}/v1/chat/completions -H 'content-type: application/json' \\
       -d '${streamed}'
 
-  Access log (JSON, one line per request and per side call): ${stack.accessLogPath}
+${
+    args.conditionalDecode
+      ? `  The pipeline probes with conditional-decode first: a prompt's first request is a miss (412 from the
+  decode simulator's stand-in for the EPP, then render -> prefill -> decode); the same prompt again is a
+  cache hit served by the decode worker alone (path_taken "cache_hit" in the access log).
+
+`
+      : ''
+  }  Access log (JSON, one line per request and per side call): ${stack.accessLogPath}
     tail -f ${stack.accessLogPath}
   Logs and configs: ${DIR}/ (coordinator.yaml, coordinator.log, sim-*.log, envoy/)
   PIDs: ${stack.pids.map((p) => `${p.name}=${p.pid}`).join(' ')}

@@ -14,7 +14,8 @@ import { startSimulator } from './simulator';
 import type { SimMode, SimRole, SimulatorOptions } from './types';
 
 const USAGE = `usage: sim/cli.ts --port N --name NAME [--role ${ROLES.join('|')}] [--mode ${MODES.join('|')}]
-       [--inter-token-latency-ms N] [--time-to-first-token-ms N] [--max-body-bytes N] [--host 127.0.0.1]`;
+       [--inter-token-latency-ms N] [--time-to-first-token-ms N] [--max-body-bytes N] [--host 127.0.0.1]
+       [--honour-prefer-if-available true|false] [--prefix-tokens N]`;
 
 const FLAGS = new Set([
   'port',
@@ -25,6 +26,8 @@ const FLAGS = new Set([
   'time-to-first-token-ms',
   'max-body-bytes',
   'host',
+  'honour-prefer-if-available',
+  'prefix-tokens',
 ]);
 
 function intArg(flag: string, value: string): number {
@@ -64,6 +67,13 @@ export function parseArgs(argv: readonly string[]): SimulatorOptions {
   if (ttft !== undefined) opts.timeToFirstTokenMs = intArg('time-to-first-token-ms', ttft);
   const maxBody = values.get('max-body-bytes');
   if (maxBody !== undefined) opts.maxBodyBytes = intArg('max-body-bytes', maxBody);
+  const honour = values.get('honour-prefer-if-available');
+  if (honour !== undefined) {
+    if (honour !== 'true' && honour !== 'false') throw new SimulatorConfigError('--honour-prefer-if-available must be true or false');
+    opts.honourPreferIfAvailable = honour === 'true';
+  }
+  const prefixTokens = values.get('prefix-tokens');
+  if (prefixTokens !== undefined) opts.prefixTokens = intArg('prefix-tokens', prefixTokens);
   return opts;
 }
 

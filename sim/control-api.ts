@@ -5,7 +5,7 @@
  *                            status, json | bodyBase64}]}   (json when the body parsed, else base64)
  * - GET  /__sim/faults    -> {"rules":[...]} (remaining `times` shown)
  * - POST /__sim/faults    <- [rule, ...] or {"rules":[...]}; replaces all rules; 400 on a bad rule
- * - POST /__sim/reset     -> forgets recorded requests and fault rules
+ * - POST /__sim/reset     -> forgets recorded requests, fault rules and served prompt prefixes
  */
 
 import { SimulatorConfigError } from './errors';
@@ -23,6 +23,8 @@ export interface ControlTarget {
   readonly name: string;
   readonly recorder: Recorder;
   readonly faults: FaultTable;
+  /** Forgets the prefixes the conditional-decode gate has seen served. */
+  forgetPrefixes(): void;
 }
 
 function serialise(req: RecordedRequest): Record<string, unknown> {
@@ -61,6 +63,7 @@ export function controlReply(method: string, path: string, json: unknown, target
     case 'POST /__sim/reset':
       target.recorder.clear();
       target.faults.set([]);
+      target.forgetPrefixes();
       return jsonReply(200, { ok: true });
     default:
       return errorReply(404, `unknown control route ${route}`);

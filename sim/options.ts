@@ -1,12 +1,14 @@
 /** Validating simulator options (from code or the CLI) into a complete, bounded settings object. */
 
 import { SimulatorConfigError } from './errors';
+import { DEFAULT_PREFIX_TOKENS } from './prefix-cache';
 import type { SimMode, SimRole, SimulatorOptions } from './types';
 
 export const DEFAULT_MAX_BODY_BYTES = 128 * 1024 * 1024;
 const MAX_MAX_BODY_BYTES = 1024 * 1024 * 1024;
 const MAX_LATENCY_MS = 10 * 60 * 1000;
 const MAX_NAME_CHARS = 128;
+const MAX_PREFIX_TOKENS = 1_000_000;
 
 export const ROLES: readonly SimRole[] = ['any', 'encode', 'prefill', 'decode', 'render'];
 export const MODES: readonly SimMode[] = ['echo', 'random'];
@@ -22,6 +24,8 @@ export interface SimulatorSettings {
   readonly maxBodyBytes: number;
   readonly maxRecordedRequests: number;
   readonly maxRecordedBytes: number;
+  readonly honourPreferIfAvailable: boolean;
+  readonly prefixTokens: number;
 }
 
 function int(value: number | undefined, fallback: number, min: number, max: number, key: string): number {
@@ -29,6 +33,12 @@ function int(value: number | undefined, fallback: number, min: number, max: numb
   if (!Number.isInteger(value) || value < min || value > max) {
     throw new SimulatorConfigError(`${key} must be an integer in [${min}, ${max}], got ${String(value)}`);
   }
+  return value;
+}
+
+function bool(value: boolean | undefined, fallback: boolean, key: string): boolean {
+  if (value === undefined) return fallback;
+  if (typeof value !== 'boolean') throw new SimulatorConfigError(`${key} must be true or false, got ${String(value)}`);
   return value;
 }
 
@@ -55,5 +65,7 @@ export function resolveOptions(opts: SimulatorOptions): SimulatorSettings {
     maxBodyBytes: int(opts.maxBodyBytes, DEFAULT_MAX_BODY_BYTES, 1, MAX_MAX_BODY_BYTES, 'maxBodyBytes'),
     maxRecordedRequests: int(opts.maxRecordedRequests, 1000, 1, 100_000, 'maxRecordedRequests'),
     maxRecordedBytes: int(opts.maxRecordedBytes, 256 * 1024 * 1024, 0, MAX_MAX_BODY_BYTES, 'maxRecordedBytes'),
+    honourPreferIfAvailable: bool(opts.honourPreferIfAvailable, false, 'honourPreferIfAvailable'),
+    prefixTokens: int(opts.prefixTokens, DEFAULT_PREFIX_TOKENS, 1, MAX_PREFIX_TOKENS, 'prefixTokens'),
   };
 }

@@ -13,10 +13,11 @@ import { FaultTable } from './faults';
 import { Endpoint, generate } from './generation';
 import { parseJson, readBody } from './http-body';
 import { resolveOptions, SimulatorSettings } from './options';
+import { PREFIX_MISS_BODY, PrefixCache, prefersIfAvailable, prefixKey } from './prefix-cache';
 import { Recorder } from './recorder';
 import { renderChat, renderCompletions } from './render';
 import { errorReply, jsonReply, pause, Reply, writeReply } from './reply';
-import { requireObjectBody } from './request-fields';
+import { isObject, kvParamsOf, requireObjectBody } from './request-fields';
 import type { FaultRule, RecordedRequest, Simulator, SimulatorOptions } from './types';
 
 export * from './types';
@@ -55,9 +56,21 @@ function faultReply(rule: FaultRule & { status: number }): Reply {
   };
 }
 
+/** The EPP's conditional-decode miss, as Envoy relays its ImmediateResponse. */
+function prefixMissReply(): Reply {
+  return {
+    kind: 'buffered',
+    status: 412,
+    headers: { 'content-type': 'text/plain' },
+    body: Buffer.from(PREFIX_MISS_BODY),
+    delayMs: 0,
+  };
+}
+
 class SimulatorServer implements Simulator {
   readonly recorder: Recorder;
   readonly faults = new FaultTable();
+  readonly prefixes = new PrefixCache();
   private readonly server: Server;
   private readonly modelsSeen = new Set<string>();
   private seq = 0;
@@ -104,6 +117,10 @@ class SimulatorServer implements Simulator {
 
   clear(): void {
     this.recorder.clear();
+  }
+
+  forgetPrefixes(): void {
+    this.prefixes.clear();
   }
 
   setFaults(rules: FaultRule[]): void {
@@ -196,7 +213,7 @@ class SimulatorServer implements Simulator {
     const reply =
       fault?.status !== undefined
         ? faultReply(fault as FaultRule & { status: number })
-        : this.safely(() => this.route(method, path, body, json, givenRequestId ?? randomUUID()));
+        : this.gatedRoute(req, method, path, body, json, givenRequestId ?? randomUUID());
     await this.send(res, reply, record, controller.signal, destroy, fault);
   }
 
@@ -226,6 +243,26 @@ class SimulatorServer implements Simulator {
       if (err instanceof HttpError) return errorReply(err.status, err.message);
       return errorReply(500, `simulator error: ${err instanceof Error ? err.message : String(err)}`);
     }
+  }
+
+  /**
+   * The normal answer, behind the conditional-decode gate when `honourPreferIfAvailable` is on: a
+   * `Prefer: if-available` request whose prefix was never served gets the EPP's 412; a normal
+   * request answered 200 records its prefix (a prefill leg, which keeps no KV for decode, does not).
+   */
+  private gatedRoute(req: IncomingMessage, method: string, path: string, body: Buffer, json: unknown, requestId: string): Reply {
+    const endpoint = COMPLETION_PATHS[path];
+    if (!this.settings.honourPreferIfAvailable || endpoint === undefined || method !== 'POST') {
+      return this.safely(() => this.route(method, path, body, json, requestId));
+    }
+    const key = prefixKey(endpoint, json, this.settings.prefixTokens);
+    if (prefersIfAvailable(req.headers['prefer'])) {
+      return this.prefixes.has(key) ? this.safely(() => this.route(method, path, body, json, requestId)) : prefixMissReply();
+    }
+    const reply = this.safely(() => this.route(method, path, body, json, requestId));
+    const prefill = isObject(json) && kvParamsOf(json, endpoint === 'generate')?.do_remote_decode === true;
+    if (reply.status === 200 && !prefill) this.prefixes.add(key);
+    return reply;
   }
 
   private route(method: string, path: string, body: Buffer, json: unknown, requestId: string): Reply {

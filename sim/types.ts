@@ -24,6 +24,14 @@ export interface SimulatorOptions {
   maxRecordedRequests?: number;
   /** Total recorded body bytes kept (oldest dropped first; the newest is always kept). Default 256 MiB. */
   maxRecordedBytes?: number;
+  /**
+   * Stand in for the EPP's conditional-decode gate (sim/prefix-cache.ts): a completion request with
+   * `Prefer: if-available` gets 412 unless its prompt prefix was served before by a normal request.
+   * Meant for the decode role. Default false (the real simulator has no such logic).
+   */
+  honourPreferIfAvailable?: boolean;
+  /** Prompt tokens that make up "the prefix" for the gate above. Default 16. */
+  prefixTokens?: number;
 }
 
 export interface RecordedRequest {
@@ -79,6 +87,8 @@ export interface Simulator {
   readonly requests: RecordedRequest[];
   /** Forget recorded requests. */
   clear(): void;
+  /** Forget the prompt prefixes served so far (the `honourPreferIfAvailable` gate misses again). */
+  forgetPrefixes(): void;
   /** Replace the fault rules (validated; throws SimulatorConfigError). */
   setFaults(rules: FaultRule[]): void;
   /** Resolves with the recorded requests once at least n are recorded. Default timeout 5 s. */

@@ -22,12 +22,19 @@ export interface StreamModes {
   readonly requestName: string;
   /** Response bodies come as FULL_DUPLEX_STREAMED chunks and must be echoed, not acknowledged. */
   readonly responseFullDuplex: boolean;
+  /** Envoy sent `protocol_config` (>= 1.34): the modes are known, not assumed from config. */
+  readonly announced: boolean;
 }
 
 export function resolveModes(config: ProtocolConfigurationIn | null | undefined, fallback: FallbackBodyMode): StreamModes {
-  if (!config) return { request: fallback, requestName: `fallback:${fallback}`, responseFullDuplex: false };
+  if (!config) return { request: fallback, requestName: `fallback:${fallback}`, responseFullDuplex: false, announced: false };
   const name = String(config.request_body_mode);
   const request: BodyMode =
     name === 'FULL_DUPLEX_STREAMED' ? 'full_duplex' : name === 'BUFFERED' ? 'buffered' : 'unsupported';
-  return { request, requestName: name, responseFullDuplex: String(config.response_body_mode) === 'FULL_DUPLEX_STREAMED' };
+  return {
+    request,
+    requestName: name,
+    responseFullDuplex: String(config.response_body_mode) === 'FULL_DUPLEX_STREAMED',
+    announced: true,
+  };
 }

@@ -7,7 +7,9 @@
  *
  * Body modes (see body-mode.ts):
  * - FULL_DUPLEX_STREAMED: hold the headers reply, collect the chunks, run the exchange, then send
- *   the headers reply (mutations, clear_route_cache, metadata) and the body as <= 64 KiB chunks.
+ *   the headers reply (mutations, clear_route_cache, metadata) and the body as <= 64 KiB chunks. A
+ *   `respond` whose body is a stream goes out as a streamed_immediate_response (streamed-response.ts):
+ *   the held headers reply becomes the local reply's headers, and chunks follow as they arrive.
  * - BUFFERED: acknowledge the headers at once; the single body message carries the whole body; the
  *   body reply carries header and body mutations, with an exact content-length.
  * - anything else: pass-through, unless the request has no body.
@@ -20,6 +22,7 @@ import type { Decision, Exchange, ForwardDecision, RequestHandler, RespondDecisi
 import { resolveModes, type FallbackBodyMode, type StreamModes } from './body-mode';
 import { toDynamicMetadata } from './dynamic-metadata';
 import { decodeRequestHead, type DroppedHeaders } from './headers';
+import { relayBody, streamedHeadersResponse } from './streamed-response';
 import {
   EMPTY_REQUEST_BODY,
   EMPTY_REQUEST_HEADERS,
@@ -52,6 +55,11 @@ export interface ProcessStreamOptions {
   readonly maxBodyBytes: number;
   /** The largest body we put into one message (immediate response, BUFFERED body reply). */
   readonly maxResponseBodyBytes: number;
+  /**
+   * Relay streamed `respond` bodies with a streamed_immediate_response when Envoy announced
+   * FULL_DUPLEX_STREAMED (Envoy >= 1.37). Default true; false collects them (Envoy 1.34-1.36).
+   */
+  readonly streamedResponses?: boolean;
 }
 
 /** A body we would have to send in one message is above the gRPC send limit. */
@@ -76,6 +84,8 @@ type Target = 'headers' | 'body' | 'trailers';
 
 const EMPTY = Buffer.alloc(0);
 const RESOLVED: Promise<void> = Promise.resolve();
+/** grpc.status.INTERNAL; the type-only grpc import keeps the runtime free of it here. */
+const GRPC_INTERNAL = 13;
 
 // A misconfigured filter would otherwise log on every request.
 const warnedModes = new Set<string>();
@@ -99,6 +109,12 @@ export class ProcessStream {
   /** The call is over (cancelled, closed or failed). */
   private closed = false;
   private paused = false;
+  /** A streamed local reply's body is being relayed. */
+  private relaying = false;
+  /** A streamed local reply's headers went out: no other answer can replace it any more. */
+  private replyStarted = false;
+  /** Aborted when Envoy ends the stream; a relay waiting on its source stops at once. */
+  private readonly gone = new AbortController();
   private chain: Promise<void> = RESOLVED;
   private drainWaiters: Array<() => void> = [];
 
@@ -273,6 +289,14 @@ export class ProcessStream {
 
   private onHalfClose(): void {
     if (this.closed) return;
+    if (this.relaying) {
+      // Envoy stops listening mid-reply only when the client went away: stop the side call now,
+      // not after the worker finished generating.
+      this.abortOnce('envoy closed the stream during a streamed response');
+      this.gone.abort();
+      this.endCall();
+      return;
+    }
     if (this.exchange && !this.decided) {
       // Envoy will not wait for an answer any more: the client went away.
       this.abortOnce('envoy closed the stream before the request was processed');
@@ -288,6 +312,7 @@ export class ProcessStream {
     this.closed = true;
     this.chunks = [];
     if (this.exchange && !this.delivered) this.abortOnce(`ext_proc stream ${reason} before the answer was sent`);
+    this.gone.abort();
     this.releaseDrainWaiters();
     this.onFinish();
   }
@@ -310,7 +335,10 @@ export class ProcessStream {
     pending.then(markDecided, markDecided);
     this.enqueue(async () => {
       const decision = await pending;
-      if (!this.canWrite()) return;
+      if (!this.canWrite()) {
+        releaseBody(decision);
+        return;
+      }
       await this.deliver(decision, target, original);
     });
   }
@@ -326,7 +354,7 @@ export class ProcessStream {
   private async deliver(decision: Decision, target: Target, original: Buffer | null): Promise<void> {
     const metadata = toDynamicMetadata(this.opts.metadataNamespace, decision.metadata);
     const dropped: DroppedHeaders = { invalid: [] };
-    if (decision.kind === 'respond') await this.sendRespond(decision, metadata, dropped);
+    if (decision.kind === 'respond') await this.sendRespond(decision, target, metadata, dropped);
     else await this.sendForward(decision, target, original, metadata, dropped);
     this.delivered = true;
     this.phase = 'answered';
@@ -388,15 +416,70 @@ export class ProcessStream {
   }
 
   /**
-   * The one place a `respond` decision becomes a message. A streamed body is collected into one
-   * immediate_response for now; a FULL_DUPLEX streamed_immediate_response path (headers first,
-   * chunks as they arrive) belongs here, taken while the headers reply is still held.
+   * The one place a `respond` decision becomes a message. A streamed body in announced
+   * FULL_DUPLEX_STREAMED mode is relayed as it arrives (streamed_immediate_response, the reply to
+   * the held request_headers); anywhere else it is collected into one immediate_response, which
+   * costs the client its time to first token (BUFFERED, or an Envoy that does not announce modes).
    */
-  private async sendRespond(decision: RespondDecision, metadata: StructOut | undefined, dropped: DroppedHeaders): Promise<void> {
+  private async sendRespond(
+    decision: RespondDecision,
+    target: Target,
+    metadata: StructOut | undefined,
+    dropped: DroppedHeaders,
+  ): Promise<void> {
+    if (!Buffer.isBuffer(decision.body) && target === 'headers' && this.streamsResponses()) {
+      await this.relayResponse(decision, decision.body, metadata, dropped);
+      return;
+    }
     const body = Buffer.isBuffer(decision.body) ? decision.body : await this.collectBody(decision.body);
     if (body === null) return; // the stream closed meanwhile
     this.checkResponseBodySize(body.length);
     this.sendImmediate(immediateResponse(decision.status, decision.headers, body, { metadata, dropped }));
+  }
+
+  private streamsResponses(): boolean {
+    const modes = this.modes!;
+    return this.opts.streamedResponses !== false && modes.announced && modes.request === 'full_duplex';
+  }
+
+  private async relayResponse(
+    decision: RespondDecision,
+    body: AsyncIterable<Buffer>,
+    metadata: StructOut | undefined,
+    dropped: DroppedHeaders,
+  ): Promise<void> {
+    if (!this.canWrite()) {
+      releaseBody(decision);
+      return;
+    }
+    this.relaying = true;
+    try {
+      this.replyStarted = true;
+      await this.send(streamedHeadersResponse(decision.status, decision.headers, { metadata, dropped }));
+      const result = await relayBody(body, { send: (m) => this.send(m), writable: () => this.canWrite(), gone: this.gone.signal });
+      switch (result.kind) {
+        case 'complete':
+          // The local reply is over for Envoy: nothing more is written on this stream.
+          this.immediateSent = true;
+          if (this.opts.log.isLevelEnabled('debug')) {
+            this.opts.log.debug({ status: decision.status, bytes: result.bytes, messages: result.messages }, 'ext_proc: streamed response complete');
+          }
+          return;
+        case 'gone':
+          return; // onClosed / onHalfClose already aborted the exchange
+        case 'failed':
+          this.opts.log.warn(
+            { err: result.error, bytes: result.bytes },
+            'streamed response failed mid-body: the client received a partial response',
+          );
+          // A clean close would leave the client waiting forever; an error status makes Envoy
+          // reset the client's stream, as upstream aborts the connection.
+          this.endWithError('streamed response source failed');
+          return;
+      }
+    } finally {
+      this.relaying = false;
+    }
   }
 
   private async collectBody(source: AsyncIterable<Buffer>): Promise<Buffer | null> {
@@ -429,6 +512,15 @@ export class ProcessStream {
     }
     if (this.closed) return;
     if (this.exchange && !this.decided) this.abortOnce('internal error');
+    if (this.replyStarted) {
+      // The local reply has started: an immediate_response can no longer replace it.
+      if (!this.immediateSent) {
+        this.abortOnce('internal error during a streamed response');
+        this.gone.abort();
+        this.endWithError('internal error');
+      }
+      return;
+    }
     this.decided = true;
     this.phase = 'answered';
     this.chunks = [];
@@ -511,6 +603,17 @@ export class ProcessStream {
     for (const resolve of waiters) resolve();
   }
 
+  /** Ends the call with INTERNAL: Envoy resets the client's stream (a truncated answer). */
+  private endWithError(details: string): void {
+    if (this.closed || this.ending) return;
+    this.ending = true;
+    try {
+      this.call.emit('error', { code: GRPC_INTERNAL, details });
+    } catch (err) {
+      this.opts.log.error({ err }, 'ext_proc: failing the call failed');
+    }
+  }
+
   private endCall(): void {
     if (this.closed || this.ending) return;
     this.ending = true;
@@ -519,5 +622,18 @@ export class ProcessStream {
     } catch (err) {
       this.opts.log.error({ err }, 'ext_proc: ending the call failed');
     }
+  }
+}
+
+/** A streamed body nobody will read: release it, so the side call behind it is cancelled. */
+function releaseBody(decision: Decision): void {
+  if (decision.kind !== 'respond' || Buffer.isBuffer(decision.body)) return;
+  try {
+    const it = decision.body[Symbol.asyncIterator]();
+    Promise.resolve()
+      .then(() => it.return?.())
+      .catch(() => undefined);
+  } catch {
+    // a broken iterable has nothing to release
   }
 }

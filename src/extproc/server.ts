@@ -61,12 +61,30 @@ export interface ExtProcServiceOptions {
   readonly metadataNamespace: string;
   /** Body mode assumed when Envoy (< 1.34) does not announce `protocol_config`. */
   readonly fallbackBodyMode: FallbackBodyMode;
+  /**
+   * Stream `respond` bodies as a streamed_immediate_response in FULL_DUPLEX_STREAMED mode (needs
+   * Envoy >= 1.37). Default true; false collects them into one immediate_response (Envoy 1.34-1.36).
+   */
+  readonly streamedResponses?: boolean;
   readonly log: Logger;
+  /** Told about every `Process` stream (metrics); default none. */
+  readonly streamObserver?: StreamObserver;
+}
+
+/** Watches `Process` streams without the protocol layer knowing what is recorded. */
+export interface StreamObserver {
+  /** A stream opened; the returned function is called once when it closes. */
+  opened(): () => void;
 }
 
 export interface ExtProcService {
   /** `Process` streams currently open. */
   activeStreams(): number;
+  /**
+   * From now on every new `Process` call is answered UNAVAILABLE at once (Envoy then fails that
+   * request, or retries it on another host); open streams carry on. Other services keep serving.
+   */
+  refuseNewStreams(): void;
 }
 
 /** Registers `envoy.service.ext_proc.v3.ExternalProcessor` on a server the caller owns. */
@@ -76,18 +94,27 @@ export function addExtProcService(server: grpc.Server, opts: ExtProcServiceOptio
     handler: opts.handler,
     metadataNamespace: opts.metadataNamespace,
     fallbackBodyMode: opts.fallbackBodyMode,
+    streamedResponses: opts.streamedResponses ?? true,
     log: opts.log,
     maxBodyBytes: opts.maxBodyBytes,
     maxResponseBodyBytes: limits.responseBodyBytes,
   };
   let active = 0;
+  let refusing = false;
+  const observer = opts.streamObserver;
   const process = (call: ProcessCall): void => {
+    if (refusing) {
+      call.emit('error', { code: grpc.status.UNAVAILABLE, details: 'epd-coordinator is draining' });
+      return;
+    }
     active++;
+    const observed = observer?.opened();
     let finished = false;
     const onFinish = (): void => {
       if (finished) return;
       finished = true;
       active--;
+      observed?.();
     };
     try {
       new ProcessStream(call, streamOptions, onFinish);
@@ -99,7 +126,12 @@ export function addExtProcService(server: grpc.Server, opts: ExtProcServiceOptio
     }
   };
   server.addService(extProcServiceDefinition(), { Process: process });
-  return { activeStreams: () => active };
+  return {
+    activeStreams: () => active,
+    refuseNewStreams: () => {
+      refusing = true;
+    },
+  };
 }
 
 export interface ExtProcServerOptions extends ExtProcServiceOptions {
@@ -119,6 +151,12 @@ export interface ExtProcServer {
   activeStreams(): number;
   /** Stops accepting calls, waits up to `graceMs` for open streams, then cancels the rest. */
   shutdown(graceMs: number): Promise<void>;
+  /**
+   * Refuses new `Process` streams (UNAVAILABLE) while the listener, and so the health service,
+   * keeps answering; waits up to `graceMs` for open streams to finish, then closes everything
+   * (cancelling what is left). Resolves with the number of streams cancelled.
+   */
+  drain(graceMs: number): Promise<number>;
   /** Cancels every open stream now (each exchange is aborted) and closes the listener. */
   forceShutdown(): void;
 }
@@ -136,8 +174,23 @@ export async function startExtProcServer(opts: ExtProcServerOptions): Promise<Ex
     server,
     activeStreams: service.activeStreams,
     shutdown: (graceMs: number) => shutdownGracefully(server, graceMs),
+    drain: async (graceMs: number) => {
+      service.refuseNewStreams();
+      await waitUntil(() => service.activeStreams() === 0, graceMs);
+      const left = service.activeStreams();
+      server.forceShutdown();
+      return left;
+    },
     forceShutdown: () => server.forceShutdown(),
   };
+}
+
+/** Polls `done` until it holds or `timeoutMs` passes. Streams end on their own; 20 ms is plenty. */
+async function waitUntil(done: () => boolean, timeoutMs: number): Promise<void> {
+  const deadline = performance.now() + Math.max(0, timeoutMs);
+  while (!done() && performance.now() < deadline) {
+    await new Promise((resolve) => setTimeout(resolve, Math.min(20, Math.max(1, deadline - performance.now()))));
+  }
 }
 
 function shutdownGracefully(server: grpc.Server, graceMs: number): Promise<void> {

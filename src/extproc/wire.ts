@@ -105,6 +105,16 @@ export interface ImmediateResponseOut {
   readonly details?: string;
 }
 
+/** One message of a streamed local reply (Envoy >= 1.37): headers first, then body chunks. */
+export type StreamedImmediateResponseOut =
+  | {
+      readonly headers_response: {
+        readonly headers: { readonly headers: ReadonlyArray<{ readonly key: string; readonly raw_value: Buffer }> };
+        readonly end_of_stream: boolean;
+      };
+    }
+  | { readonly body_response: StreamedBodyResponseOut };
+
 /**
  * google.protobuf.Value in proto-loader object form. The well-known types come from protobufjs's
  * bundled definitions, whose field names are camelCase whatever `keepCase` says: `struct_value`
@@ -130,6 +140,7 @@ type OneResponse =
   | { readonly response_body: BodyResponseOut }
   | { readonly request_trailers: TrailersResponseOut }
   | { readonly response_trailers: TrailersResponseOut }
-  | { readonly immediate_response: ImmediateResponseOut };
+  | { readonly immediate_response: ImmediateResponseOut }
+  | { readonly streamed_immediate_response: StreamedImmediateResponseOut };
 
 export type ProcessingResponseOut = OneResponse & { readonly dynamic_metadata?: StructOut };

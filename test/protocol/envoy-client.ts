@@ -54,6 +54,11 @@ export interface ProcessingResponseMsg {
     body: Buffer;
     details: string;
   } | null;
+  streamed_immediate_response?: {
+    response?: 'headers_response' | 'body_response' | 'trailers_response';
+    headers_response?: { headers: { headers: Array<{ key: string; value: string; raw_value: Buffer }> } | null; end_of_stream: boolean } | null;
+    body_response?: { body: Buffer; end_of_stream: boolean } | null;
+  } | null;
   dynamic_metadata: StructMsg | null;
 }
 
@@ -178,6 +183,15 @@ export class EnvoyStream {
       if (!msg) return out;
       out.push(msg);
     }
+  }
+
+  /** Stop reading responses (a slow downstream): the server's writes back up. */
+  pause(): void {
+    this.call.pause();
+  }
+
+  resume(): void {
+    this.call.resume();
   }
 
   /** Half-close, as Envoy does when it expects nothing more. */
