@@ -25,6 +25,18 @@ export interface EnvoyBootstrapOptions {
   readonly bodyMode: EnvoyBodyMode;
   /** File both listeners append their JSON access-log lines to. */
   readonly accessLogPath: string;
+  /** TLS to the coordinator (its `server.tls_*` keys); unset = plaintext h2c. */
+  readonly extProcTls?: ExtProcTlsOptions;
+}
+
+export interface ExtProcTlsOptions {
+  /** CA bundle that signed the coordinator's certificate. */
+  readonly caFile: string;
+  /** Envoy's client certificate and key, for a coordinator that requires mTLS (`server.tls_client_ca_file`). */
+  readonly certFile?: string;
+  readonly keyFile?: string;
+  /** SNI sent, and the DNS SAN the coordinator's certificate must carry. Default `localhost`. */
+  readonly serverName?: string;
 }
 
 export const DEFAULT_ENVOY_BOOTSTRAP: EnvoyBootstrapOptions = {
@@ -77,12 +89,44 @@ export function parseHostPort(name: string, value: string): { host: string; port
   return { host, port };
 }
 
-function checkPath(path: string): string {
+function checkPath(path: string, name = 'accessLogPath'): string {
   // The path lands inside a double-quoted YAML scalar.
   if (path.length === 0 || /["\\\n\r\0]/.test(path)) {
-    throw new EnvoyBootstrapError(`accessLogPath: expected a plain file path, got ${JSON.stringify(path)}`);
+    throw new EnvoyBootstrapError(`${name}: expected a plain file path, got ${JSON.stringify(path)}`);
   }
   return path;
+}
+
+const PLAINTEXT_EXTPROC = '    # Plaintext h2c. For TLS or mTLS to the coordinator, render with --ext-proc-ca (and --ext-proc-client-cert/-key).';
+
+/** The epd_coordinator cluster's upstream TLS context (ALPN h2: the coordinator speaks gRPC only). */
+function extProcTransportSocket(tls: ExtProcTlsOptions | undefined): string {
+  if (!tls) return PLAINTEXT_EXTPROC;
+  if ((tls.certFile === undefined) !== (tls.keyFile === undefined)) {
+    throw new EnvoyBootstrapError('extProcTls: expected both certFile and keyFile, or neither');
+  }
+  const name = tls.serverName ?? 'localhost';
+  if (!/^[A-Za-z0-9.-]{1,253}$/.test(name)) throw new EnvoyBootstrapError(`extProcTls.serverName: expected a DNS name, got ${JSON.stringify(name)}`);
+  const lines = [
+    '    transport_socket:',
+    '      name: envoy.transport_sockets.tls',
+    '      typed_config:',
+    '        "@type": type.googleapis.com/envoy.extensions.transport_sockets.tls.v3.UpstreamTlsContext',
+    `        sni: ${name}`,
+    '        common_tls_context:',
+    '          alpn_protocols: [h2]',
+    '          validation_context:',
+    `            trusted_ca: { filename: "${checkPath(tls.caFile, 'extProcTls.caFile')}" }`,
+    `            match_typed_subject_alt_names: [{ san_type: DNS, matcher: { exact: "${name}" } }]`,
+  ];
+  if (tls.certFile !== undefined && tls.keyFile !== undefined) {
+    lines.push(
+      '          tls_certificates:',
+      `          - certificate_chain: { filename: "${checkPath(tls.certFile, 'extProcTls.certFile')}" }`,
+      `            private_key: { filename: "${checkPath(tls.keyFile, 'extProcTls.keyFile')}" }`,
+    );
+  }
+  return lines.join('\n');
 }
 
 function placeholders(o: EnvoyBootstrapOptions): Record<string, string> {
@@ -112,6 +156,7 @@ function placeholders(o: EnvoyBootstrapOptions): Record<string, string> {
     REQUEST_TRAILER_MODE: buffered ? 'SKIP' : 'SEND',
     ROUTE_BODY_BUFFER_LIMIT: String(buffered ? BUFFERED_BODY_LIMIT_BYTES : STREAMING_BODY_LIMIT_BYTES),
     ACCESS_LOG_PATH: checkPath(o.accessLogPath),
+    EXTPROC_TRANSPORT_SOCKET: extProcTransportSocket(o.extProcTls),
   };
 }
 
@@ -143,12 +188,16 @@ const USAGE = `usage: npx tsx scripts/envoy-bootstrap.ts [options]
   --encode IP:PORT         (127.0.0.1:8100)
   --prefill IP:PORT        (127.0.0.1:8200)
   --decode IP:PORT         (127.0.0.1:8300)
-  --access-log PATH        (/dev/stdout)`;
+  --access-log PATH        (/dev/stdout)
+  --ext-proc-ca FILE       TLS to the coordinator, trusting this CA (default: plaintext h2c)
+  --ext-proc-client-cert FILE, --ext-proc-client-key FILE   Envoy's certificate for mTLS
+  --ext-proc-sni NAME      (localhost)`;
 
 function parseArgs(argv: string[]): { opts: Partial<EnvoyBootstrapOptions>; out?: string; writeDefaults: boolean } {
   const opts: { -readonly [K in keyof EnvoyBootstrapOptions]?: EnvoyBootstrapOptions[K] } = {};
   let out: string | undefined;
   let writeDefaults = false;
+  const tls: { caFile?: string; certFile?: string; keyFile?: string; serverName?: string } = {};
   for (let i = 0; i < argv.length; i++) {
     const flag = argv[i]!;
     const value = (): string => {
@@ -168,6 +217,10 @@ function parseArgs(argv: string[]): { opts: Partial<EnvoyBootstrapOptions>; out?
       case '--prefill': opts.prefillAddress = value(); break;
       case '--decode': opts.decodeAddress = value(); break;
       case '--access-log': opts.accessLogPath = value(); break;
+      case '--ext-proc-ca': tls.caFile = value(); break;
+      case '--ext-proc-client-cert': tls.certFile = value(); break;
+      case '--ext-proc-client-key': tls.keyFile = value(); break;
+      case '--ext-proc-sni': tls.serverName = value(); break;
       case '-h':
       case '--help':
         process.stdout.write(USAGE + '\n');
@@ -176,6 +229,8 @@ function parseArgs(argv: string[]): { opts: Partial<EnvoyBootstrapOptions>; out?
         throw new EnvoyBootstrapError(`unknown argument ${flag}\n${USAGE}`);
     }
   }
+  if (tls.caFile !== undefined) opts.extProcTls = { ...tls, caFile: tls.caFile };
+  else if (Object.keys(tls).length > 0) throw new EnvoyBootstrapError('--ext-proc-client-cert, --ext-proc-client-key and --ext-proc-sni need --ext-proc-ca');
   return { opts, out, writeDefaults };
 }
 

@@ -3,6 +3,9 @@ import { ConfigError } from './config/errors';
 import { createLogger } from './observability/logger';
 import { startService } from './service';
 
+/** Time allowed after the drain grace period for closing clients, listeners and exporters. */
+const HARD_EXIT_MARGIN_MS = 10_000;
+
 interface Args {
   config: string;
   verbosity?: number;
@@ -64,6 +67,11 @@ async function main(): Promise<void> {
     }
     draining = true;
     log.info({ signal, active_streams: service.activeStreams(), grace_ms: config.server.shutdownTimeoutMs }, 'draining');
+    // close() is bounded by the grace period plus the exporters' own timeouts; never hang past that.
+    setTimeout(() => {
+      log.error('shutdown did not finish in time: exiting');
+      process.exit(1);
+    }, config.server.shutdownTimeoutMs + HARD_EXIT_MARGIN_MS).unref();
     service.close().then(
       () => {
         log.info('stopped');

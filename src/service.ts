@@ -1,19 +1,47 @@
 import type { Logger } from 'pino';
+import type { Sampler, SpanExporter } from '@opentelemetry/sdk-trace-base';
 import type { AppConfig } from './config/config';
 import { startExtProcServer, type ExtProcServer } from './extproc/server';
 import { PooledSideCallClient, type SideCallClient } from './gateway/client';
 import { buildPipeline } from './pipeline/builder';
 import { PipelineHandler } from './pipeline/handler';
+import { combineObservers } from './pipeline/observer';
 import { StepRegistry } from './pipeline/registry';
-import type { Route, StepDeps } from './pipeline/step';
+import type { Route, Step, StepDeps } from './pipeline/step';
 import { registerBuiltinSteps } from './steps';
+import { HealthService, type ReadinessCheck } from './observability/health';
 import { createLogger } from './observability/logger';
+import { CoordinatorMetrics } from './observability/metrics';
+import { startMetricsServer, type MetricsServer } from './observability/metrics-server';
+import { combineSideCallObservers } from './observability/side-call-observers';
+import { Tracing } from './observability/tracing';
+import { serverCredentials } from './server-tls';
+
+export interface ServiceOptions {
+  readonly log?: Logger;
+  /** Readiness checks besides those the steps bring (a step with `ping()` or `ready()`). */
+  readonly readinessChecks?: readonly ReadinessCheck[];
+  /** Readiness poll period, ms. Default 5000. */
+  readonly readinessIntervalMs?: number;
+  /** Where spans go when `tracing` is on; default OTLP/HTTP (`OTEL_EXPORTER_OTLP_ENDPOINT`). */
+  readonly spanExporter?: SpanExporter;
+  /** Overrides the sampler when `tracing` is on (tests: always on). */
+  readonly spanSampler?: Sampler;
+  /** Registers step types beyond the built-in ones (tests, extensions). */
+  readonly registerSteps?: (registry: StepRegistry) => void;
+}
 
 export interface RunningService {
   readonly grpcPort: number;
+  /** The `/metrics` port, or `null` when `server.metrics_addr` is off. */
+  readonly metricsPort: number | null;
+  readonly health: HealthService;
   /** Streams still being processed. */
   activeStreams(): number;
-  /** Stops taking new streams, lets in-flight ones finish up to `graceMs`, then closes everything. */
+  /**
+   * Drains: health NOT_SERVING, new streams refused, in-flight ones may finish for `graceMs`
+   * (default `server.shutdown_timeout`), then everything closes. Idempotent.
+   */
   close(graceMs?: number): Promise<void>;
 }
 
@@ -25,55 +53,143 @@ function missingGateway(): SideCallClient {
   return { baseUrl: '', post: fail, postStreaming: fail, close: async () => {} };
 }
 
-/** Wires config -> side-call clients -> steps -> handler -> gRPC server, and starts listening. */
-export async function startService(config: AppConfig, opts: { log?: Logger } = {}): Promise<RunningService> {
-  const log = opts.log ?? createLogger(config.logLevel);
-  const clients: SideCallClient[] = [];
-  const gateway = config.gateway.address
-    ? new PooledSideCallClient(config.gateway.address, {
-        maxIdleConns: config.gateway.maxIdleConnsPerHost,
-        idleTimeoutMs: config.gateway.idleConnTimeoutMs,
-      })
-    : missingGateway();
-  clients.push(gateway);
-  const routes: Route[] = [];
-  const deps: StepDeps = {
-    gateway,
-    clientFor: (baseUrl, o) => {
-      const c = new PooledSideCallClient(baseUrl, { maxIdleConns: o.maxIdleConns, idleTimeoutMs: o.idleTimeoutMs });
-      clients.push(c);
-      return c;
-    },
-    gatewayTimeoutMs: config.gateway.timeoutMs,
-    log,
-    registerRoute: (route) => routes.push(route),
-  };
-  const registry = new StepRegistry();
-  registerBuiltinSteps(registry);
-  const steps = buildPipeline(config.pipeline, registry, deps);
-  const handler = new PipelineHandler({ steps, routes, maxBodyBytes: config.server.maxRequestBodyBytes, log });
+/** Lifecycle hooks a step may have (the async broker's Redis); found by duck typing on the built steps. */
+interface StepLifecycle {
+  start?: () => Promise<void>;
+  ping?: () => Promise<boolean>;
+  ready?: () => Promise<boolean>;
+  close?: () => Promise<void>;
+}
 
-  const server: ExtProcServer = await startExtProcServer({
-    address: config.server.listenAddr,
-    handler,
-    maxBodyBytes: config.server.maxRequestBodyBytes,
-    metadataNamespace: config.server.metadataNamespace,
-    fallbackBodyMode: config.server.bodyMode === 'buffered' ? 'buffered' : 'full_duplex',
-    log,
-  });
-  log.info(
-    { port: server.port, address: config.server.listenAddr, steps: config.pipeline.steps.map((s) => s.type), gateway: config.gateway.address },
-    'epd-coordinator listening',
-  );
-
-  let closed: Promise<void> | undefined;
+function lifecycleOf(step: Step): StepLifecycle {
+  const s = step as Step & Record<string, unknown>;
+  const fn = (name: string) => (typeof s[name] === 'function' ? (s[name] as (...a: unknown[]) => unknown).bind(step) : undefined);
   return {
-    grpcPort: server.port,
-    activeStreams: () => server.activeStreams(),
-    close: (graceMs = config.server.shutdownTimeoutMs) =>
-      (closed ??= (async () => {
-        await server.shutdown(graceMs);
-        await Promise.all(clients.map((c) => c.close().catch(() => undefined)));
-      })()),
+    start: fn('start') as StepLifecycle['start'],
+    ping: fn('ping') as StepLifecycle['ping'],
+    ready: fn('ready') as StepLifecycle['ready'],
+    close: fn('close') as StepLifecycle['close'],
   };
+}
+
+function named(check: () => Promise<boolean>, name: string): ReadinessCheck {
+  Object.defineProperty(check, 'name', { value: name });
+  return check;
+}
+
+/** Wires config -> side-call clients -> steps -> handler -> gRPC server (+ health, metrics, tracing), and starts listening. */
+export async function startService(config: AppConfig, opts: ServiceOptions = {}): Promise<RunningService> {
+  const log = opts.log ?? createLogger(config.logLevel);
+  // Certificates first: a bad file should stop start-up before anything connects anywhere.
+  const tls = serverCredentials(config.server.tls);
+  const metrics = config.server.metricsAddr ? new CoordinatorMetrics() : undefined;
+  const tracing = config.tracing ? new Tracing({ log, exporter: opts.spanExporter, sampler: opts.spanSampler }) : undefined;
+  const sideCallObserver = combineSideCallObservers([metrics?.sideCalls, tracing?.sideCalls]);
+
+  const cleanups: Array<() => Promise<unknown>> = [];
+  const cleanup = async (): Promise<void> => {
+    for (const c of cleanups.reverse()) await c().catch((err: unknown) => log.warn({ err: (err as Error).message }, 'close failed'));
+    cleanups.length = 0;
+  };
+
+  try {
+    if (tracing) cleanups.push(() => tracing.shutdown());
+    const clients: SideCallClient[] = [];
+    cleanups.push(() => Promise.all(clients.map((c) => c.close())));
+    const gateway = config.gateway.address
+      ? new PooledSideCallClient(config.gateway.address, {
+          maxIdleConns: config.gateway.maxIdleConnsPerHost,
+          idleTimeoutMs: config.gateway.idleConnTimeoutMs,
+          observer: sideCallObserver,
+        })
+      : missingGateway();
+    clients.push(gateway);
+    const routes: Route[] = [];
+    const deps: StepDeps = {
+      gateway,
+      clientFor: (baseUrl, o) => {
+        const c = new PooledSideCallClient(baseUrl, { maxIdleConns: o.maxIdleConns, idleTimeoutMs: o.idleTimeoutMs, observer: sideCallObserver });
+        clients.push(c);
+        return c;
+      },
+      gatewayTimeoutMs: config.gateway.timeoutMs,
+      log,
+      registerRoute: (route) => routes.push(route),
+    };
+    const registry = new StepRegistry();
+    registerBuiltinSteps(registry);
+    opts.registerSteps?.(registry);
+    const steps = buildPipeline(config.pipeline, registry, deps);
+
+    const checks: ReadinessCheck[] = [...(opts.readinessChecks ?? [])];
+    for (const step of steps) {
+      const life = lifecycleOf(step);
+      if (life.close) cleanups.push(life.close);
+      // A dependency that is down at start-up stops the service (exit 1), as upstream.
+      if (life.start) await life.start();
+      const probe = life.ready ?? life.ping;
+      if (probe) checks.push(named(probe, step.type));
+    }
+
+    const handler = new PipelineHandler({
+      steps,
+      routes,
+      maxBodyBytes: config.server.maxRequestBodyBytes,
+      log,
+      observer: combineObservers([metrics, tracing].filter((o) => o !== undefined)),
+    });
+    const health = new HealthService({ checks, intervalMs: opts.readinessIntervalMs, log });
+    cleanups.push(async () => health.stopPolling());
+
+    let metricsServer: MetricsServer | undefined;
+    if (metrics && config.server.metricsAddr) {
+      metricsServer = await startMetricsServer(config.server.metricsAddr, metrics, log);
+      const ms = metricsServer;
+      cleanups.push(() => ms.close());
+    }
+
+    const server: ExtProcServer = await startExtProcServer({
+      address: config.server.listenAddr,
+      credentials: tls.credentials,
+      configure: (s) => health.addTo(s),
+      handler,
+      maxBodyBytes: config.server.maxRequestBodyBytes,
+      metadataNamespace: config.server.metadataNamespace,
+      fallbackBodyMode: config.server.bodyMode === 'buffered' ? 'buffered' : 'full_duplex',
+      streamObserver: metrics?.streams,
+      log,
+    });
+    cleanups.push(async () => server.forceShutdown());
+    await health.start();
+    log.info(
+      {
+        port: server.port,
+        address: config.server.listenAddr,
+        tls: config.server.tls ? (tls.mutual ? 'mtls' : 'tls') : 'off',
+        metrics_port: metricsServer?.port ?? null,
+        tracing: config.tracing,
+        steps: config.pipeline.steps.map((s) => s.type),
+        gateway: config.gateway.address,
+      },
+      'epd-coordinator listening',
+    );
+
+    let closed: Promise<void> | undefined;
+    return {
+      grpcPort: server.port,
+      metricsPort: metricsServer?.port ?? null,
+      health,
+      activeStreams: () => server.activeStreams(),
+      close: (graceMs = config.server.shutdownTimeoutMs) =>
+        (closed ??= (async () => {
+          health.drain();
+          const cancelled = await server.drain(graceMs);
+          if (cancelled > 0) log.warn({ cancelled, grace_ms: graceMs }, 'drain timeout: cancelled the streams still open');
+          await cleanup();
+        })()),
+    };
+  } catch (err) {
+    await cleanup();
+    throw err;
+  }
 }

@@ -11,12 +11,18 @@ export interface StepConfig {
 
 export interface AppConfig {
   readonly logLevel: number;
+  /** Export OpenTelemetry spans (W3C trace context is forwarded either way). */
+  readonly tracing: boolean;
   readonly server: {
     readonly listenAddr: string;
     readonly maxRequestBodyBytes: number;
     readonly bodyMode: 'auto' | 'full_duplex' | 'buffered';
     readonly metadataNamespace: string;
     readonly shutdownTimeoutMs: number;
+    /** `host:port` of the Prometheus listener; `null` = disabled. */
+    readonly metricsAddr: ListenAddress | null;
+    /** TLS on the gRPC listener; `null` = plaintext h2c. */
+    readonly tls: TlsFiles | null;
   };
   readonly gateway: {
     readonly address: string;
@@ -34,7 +40,22 @@ export interface AppConfig {
   readonly warnings: readonly string[];
 }
 
+/** A TCP listen address: `host` undefined = all interfaces (`:port`). */
+export interface ListenAddress {
+  readonly host: string | undefined;
+  readonly port: number;
+}
+
+export interface TlsFiles {
+  readonly certFile: string;
+  readonly keyFile: string;
+  /** Set: client certificates are required and verified against it (mTLS). */
+  readonly clientCaFile: string | undefined;
+}
+
 const MIB = 1024 * 1024;
+/** Scalar keys that sit at the top level of the document, not in a section. */
+const TOP_LEVEL_KEYS = new Set(KEYS.filter((k) => !k.key.includes('.')).map((k) => k.key));
 const KNOWN_SECTIONS: Record<string, Set<string>> = {};
 for (const spec of KEYS) {
   const dot = spec.key.indexOf('.');
@@ -115,6 +136,36 @@ function parseSteps(raw: unknown): StepConfig[] {
   });
 }
 
+/** `host:port`, `:port` or `[v6]:port`; `null` for an address without a valid port. */
+export function parseListenAddress(text: string): ListenAddress | null {
+  const m = /^(?:\[([0-9a-fA-F:.]+)\]|([^:\[\]\s]*)):(\d{1,5})$/.exec(text.trim());
+  if (!m) return null;
+  const port = Number(m[3]);
+  if (port > 65535) return null;
+  const host = m[1] ?? m[2] ?? '';
+  return { host: host === '' ? undefined : host, port };
+}
+
+function parseMetricsAddr(text: string): ListenAddress | null {
+  const t = text.trim();
+  if (t === '' || t.toLowerCase() === 'off') return null;
+  const addr = parseListenAddress(t);
+  if (!addr) throw new ConfigError('server.metrics_addr', '"host:port", ":port", "" or "off"', text);
+  return addr;
+}
+
+/** Files are checked when the service starts (src/observability/tls.ts); here only which keys go together. */
+function parseTls(cert: string | undefined, key: string | undefined, ca: string | undefined): TlsFiles | null {
+  const set = (v: string | undefined): v is string => v !== undefined && v.trim() !== '';
+  if (!set(cert) && !set(key)) {
+    if (set(ca)) throw new ConfigError('server.tls_client_ca_file', 'server.tls_cert_file and server.tls_key_file to be set too (mTLS needs a server certificate)', ca);
+    return null;
+  }
+  if (!set(cert)) throw new ConfigError('server.tls_cert_file', 'a PEM certificate file (server.tls_key_file is set)', cert ?? '');
+  if (!set(key)) throw new ConfigError('server.tls_key_file', 'a PEM private key file (server.tls_cert_file is set)', key ?? '');
+  return { certFile: cert, keyFile: key, clientCaFile: set(ca) ? ca : undefined };
+}
+
 /**
  * Builds the configuration from a parsed YAML document and the environment. Environment overrides
  * (`COORDINATOR_<KEY>`) win over the file, for every scalar key. Step params cannot be set from the
@@ -125,7 +176,7 @@ export function parseConfig(doc: unknown, env: NodeJS.ProcessEnv = process.env):
   if (!isMap(doc)) throw new ConfigError('(top level)', 'a map of sections (server, gateway, pipeline, ...)', doc);
   const warnings: string[] = [];
   for (const [section, value] of Object.entries(doc)) {
-    if (section === 'log_level') continue;
+    if (TOP_LEVEL_KEYS.has(section)) continue;
     const known = KNOWN_SECTIONS[section];
     if (!known) {
       warnings.push(`unknown top-level key "${section}" ignored`);
@@ -172,12 +223,15 @@ export function parseConfig(doc: unknown, env: NodeJS.ProcessEnv = process.env):
 
   return {
     logLevel: get<number>('log_level'),
+    tracing: get<boolean>('tracing'),
     server: {
       listenAddr: get<string>('server.listen_addr'),
       maxRequestBodyBytes: bodyMb * MIB,
       bodyMode: get<'auto' | 'full_duplex' | 'buffered'>('server.body_mode'),
       metadataNamespace: get<string>('server.metadata_namespace'),
       shutdownTimeoutMs: get<number>('server.shutdown_timeout'),
+      metricsAddr: parseMetricsAddr(get<string>('server.metrics_addr')),
+      tls: parseTls(get<string | undefined>('server.tls_cert_file'), get<string | undefined>('server.tls_key_file'), get<string | undefined>('server.tls_client_ca_file')),
     },
     gateway: {
       address,

@@ -19,11 +19,16 @@ export interface KeySpec {
 
 export const KEYS: readonly KeySpec[] = [
   { key: 'log_level', type: 'int', default: 2, min: 0, doc: 'Verbosity: 1 warn, 2 info, 3 verbose, 4 debug, 5 trace (trace logs redacted bodies).' },
+  { key: 'tracing', type: 'bool', default: false, doc: 'OpenTelemetry spans (request, pipeline, one per step and side call), exported over OTLP/HTTP to `OTEL_EXPORTER_OTLP_ENDPOINT` (default `http://localhost:4318`); sampler from `OTEL_TRACES_SAMPLER` (default parent-based, ratio 0.1). The client\'s W3C `traceparent` reaches every side call either way.' },
   { key: 'server.listen_addr', type: 'string', default: '0.0.0.0:50051', doc: 'gRPC ext_proc listener, `host:port` (`:port` = all interfaces).' },
   { key: 'server.max_request_body_size', type: 'int', default: 64, min: 0, doc: 'Largest request body in MiB; above it the client gets 413. 0 means 64.' },
   { key: 'server.body_mode', type: 'enum', default: 'auto', values: ['auto', 'full_duplex', 'buffered'], doc: 'Body mode assumed when Envoy does not announce one (protocol_config, sent by Envoy >= 1.34, always wins). `auto` assumes full_duplex.' },
   { key: 'server.metadata_namespace', type: 'string', default: 'epd.coordinator', doc: 'Dynamic metadata namespace written on every request; list it in the filter\'s metadata_options.receiving_namespaces.' },
-  { key: 'server.shutdown_timeout', type: 'duration', default: '25s', doc: 'On SIGTERM, how long in-flight streams may finish before the process exits.' },
+  { key: 'server.shutdown_timeout', type: 'duration', default: '25s', doc: 'Drain on SIGTERM: health turns NOT_SERVING and new streams are refused at once; in-flight streams may finish for this long, then the process exits 0. A second SIGTERM exits at once.' },
+  { key: 'server.metrics_addr', type: 'string', default: ':9464', doc: 'Prometheus `/metrics` listener, `host:port` (`:port` = all interfaces). `""` or `off` disables it.' },
+  { key: 'server.tls_cert_file', type: 'string', default: undefined, doc: 'PEM certificate chain of the gRPC listener. Set together with `server.tls_key_file` to serve TLS; unset = plaintext h2c.' },
+  { key: 'server.tls_key_file', type: 'string', default: undefined, doc: 'PEM private key matching `server.tls_cert_file`.' },
+  { key: 'server.tls_client_ca_file', type: 'string', default: undefined, doc: 'PEM CA bundle for client certificates. When set, the listener requires and verifies a client certificate (mTLS). Needs `server.tls_cert_file`.' },
   { key: 'server.read_timeout', type: 'duration', default: '30s', inert: true, doc: 'Upstream HTTP listener setting; accepted, no effect (Envoy owns client connections).' },
   { key: 'server.write_timeout', type: 'duration', default: '120s', inert: true, doc: 'Upstream HTTP listener setting; accepted, no effect (Envoy owns client connections).' },
   { key: 'gateway.address', type: 'string', default: undefined, doc: 'Base URL of the Inference Gateway listener that side calls re-enter (e.g. `http://127.0.0.1:8081`). Required when a gateway-facing step is configured.' },

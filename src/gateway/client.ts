@@ -47,6 +47,36 @@ export interface SideCallClient {
   close(): Promise<void>;
 }
 
+/** How a side call ended: the HTTP status, or why there was none. */
+export type SideCallOutcome = number | 'error' | 'timeout' | 'cancelled';
+
+/** Watches side calls (metrics, tracing) without the client knowing either. */
+export interface SideCallObserver {
+  /**
+   * A call is about to be sent. `phase` is the step name without its index (`encode[2]` -> `encode`).
+   * The returned headers, when given, are sent instead of the caller's (a span's own traceparent).
+   */
+  started(phase: string, path: string, headers: Readonly<Record<string, string>>): SideCallObservation;
+}
+
+export interface SideCallObservation {
+  readonly headers?: Record<string, string>;
+  /** Called once: when the answer is read (`post`), its headers arrive (`postStreaming`), or the call fails. */
+  ended(outcome: SideCallOutcome): void;
+}
+
+/** `encode[2]` -> `encode`: the label keeps a bounded set of values. */
+export function sideCallPhase(step: string): string {
+  const i = step.indexOf('[');
+  return i < 0 ? step : step.slice(0, i);
+}
+
+function outcomeOf(err: unknown): SideCallOutcome {
+  if (err instanceof CancelledError) return 'cancelled';
+  if (err instanceof TransportError && err.timedOut) return 'timeout';
+  return 'error';
+}
+
 export interface PoolOptions {
   /** Most idle keep-alive connections kept to the origin. */
   readonly maxIdleConns: number;
@@ -54,6 +84,8 @@ export interface PoolOptions {
   readonly idleTimeoutMs: number;
   /** Connect timeout, ms. */
   readonly connectTimeoutMs?: number;
+  /** Metrics / tracing hooks, called once per call. */
+  readonly observer?: SideCallObserver;
 }
 
 /** Lower-cases names and keeps the first value of each header. */
@@ -92,8 +124,10 @@ export class PooledSideCallClient implements SideCallClient {
   readonly baseUrl: string;
   private readonly pool: Pool;
   private readonly basePath: string;
+  private readonly observer: SideCallObserver | undefined;
 
   constructor(baseUrl: string, opts: PoolOptions) {
+    this.observer = opts.observer;
     const url = new URL(baseUrl);
     this.baseUrl = baseUrl.replace(/\/+$/, '');
     this.basePath = url.pathname.replace(/\/+$/, '');
@@ -137,7 +171,24 @@ export class PooledSideCallClient implements SideCallClient {
     return new TransportError(opts.step, timedOut ? 'timed out' : `request failed: ${e.code ?? e.message ?? 'unknown error'}`, timedOut);
   }
 
+  private observe(path: string, headers: Record<string, string>, opts: SideCallOptions): SideCallObservation | undefined {
+    return this.observer?.started(sideCallPhase(opts.step), this.basePath + path, headers);
+  }
+
   async post(path: string, headers: Record<string, string>, body: string | Buffer, opts: SideCallOptions): Promise<SideCallResponse> {
+    const observation = this.observe(path, headers, opts);
+    if (!observation) return this.postUnobserved(path, headers, body, opts);
+    try {
+      const res = await this.postUnobserved(path, observation.headers ?? headers, body, opts);
+      observation.ended(res.status);
+      return res;
+    } catch (err) {
+      observation.ended(outcomeOf(err));
+      throw err;
+    }
+  }
+
+  private async postUnobserved(path: string, headers: Record<string, string>, body: string | Buffer, opts: SideCallOptions): Promise<SideCallResponse> {
     const { res, signal } = await this.dispatch(path, headers, body, opts);
     const ok = (opts.okStatuses ?? [200]).includes(res.statusCode);
     try {
@@ -156,7 +207,15 @@ export class PooledSideCallClient implements SideCallClient {
     body: string | Buffer,
     opts: SideCallOptions,
   ): Promise<StreamingSideCallResponse> {
-    const { res } = await this.dispatch(path, headers, body, opts);
+    const observation = this.observe(path, headers, opts);
+    let res: Dispatcher.ResponseData;
+    try {
+      ({ res } = await this.dispatch(path, observation?.headers ?? headers, body, opts));
+    } catch (err) {
+      observation?.ended(outcomeOf(err));
+      throw err;
+    }
+    observation?.ended(res.statusCode);
     const stream = res.body;
     return {
       status: res.statusCode,

@@ -35,6 +35,8 @@ const NEVER_FORWARDED = new Set([
 /** What the decode step leaves for the final rewrite: the headers Envoy forwards with. */
 export interface DecodeRequest {
   readonly headers: Record<string, string>;
+  /** Client headers the forwarded request must not carry (lower-case names). */
+  readonly removeHeaders?: readonly string[];
 }
 
 export interface RequestContextInit {

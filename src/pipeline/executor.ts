@@ -1,5 +1,6 @@
 import type { RequestContext } from './context';
 import { CancelledError } from './errors';
+import { NOOP_REQUEST_OBSERVATION, type RequestObservation } from './observer';
 import type { Step, StepResponse } from './step';
 
 export interface StepTiming {
@@ -16,21 +17,28 @@ export type PipelineOutcome =
  * Runs the steps strictly in order. Before each step the client's signal is checked; a step that
  * answers the client ends the pipeline; the first error ends it too. Never throws.
  */
-export async function runPipeline(steps: readonly Step[], ctx: RequestContext): Promise<PipelineOutcome> {
+export async function runPipeline(
+  steps: readonly Step[],
+  ctx: RequestContext,
+  observer: RequestObservation = NOOP_REQUEST_OBSERVATION,
+): Promise<PipelineOutcome> {
   const timings: StepTiming[] = [];
   for (const step of steps) {
     if (ctx.signal.aborted) {
       return { kind: 'failed', error: new CancelledError(), step: step.type, timings };
     }
     const started = performance.now();
+    const observed = observer.stepStarted(step.type, ctx);
     try {
       const outcome = await step.execute(ctx);
       timings.push({ step: step.type, ms: performance.now() - started });
+      observed.ended();
       if (outcome && 'respond' in outcome) {
         return { kind: 'responded', response: outcome.respond, step: step.type, timings };
       }
     } catch (error) {
       timings.push({ step: step.type, ms: performance.now() - started });
+      observed.ended(error);
       return { kind: 'failed', error, step: step.type, timings };
     }
   }

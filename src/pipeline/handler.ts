@@ -1,8 +1,9 @@
 import type { Logger } from 'pino';
 import { RequestContext, type JsonObject } from './context';
 import type { Decision, Exchange, Metadata, RequestHandler, RequestHead, RespondDecision } from './decision';
-import { BadRequestError, PayloadTooLargeError, UpstreamError, classify, errorBody } from './errors';
+import { BadRequestError, PayloadTooLargeError, UpstreamError, classify, errorBody, type ErrorClass } from './errors';
 import { runPipeline, type StepTiming } from './executor';
+import { NOOP_PIPELINE_OBSERVER, type DecisionPath, type PipelineObserver, type RequestObservation } from './observer';
 import { sanitiseRequestId } from './request-id';
 import type { Route, Step } from './step';
 
@@ -15,6 +16,8 @@ export interface HandlerOptions {
   readonly routes?: readonly Route[];
   readonly maxBodyBytes: number;
   readonly log: Logger;
+  /** Metrics and tracing hooks; default none. */
+  readonly observer?: PipelineObserver;
 }
 
 const JSON_HEADERS = { 'content-type': 'application/json' } as const;
@@ -61,8 +64,11 @@ export class PipelineHandler implements RequestHandler {
       const params = route.match(path);
       if (params) return new RouteExchange(this.opts, path, head.headers, route, params);
     }
-    if (head.method !== 'POST' || !INFERENCE_PATHS.has(path)) return null;
-    return new PipelineExchange(this.opts, path, head.headers);
+    if (head.method !== 'POST' || !INFERENCE_PATHS.has(path)) {
+      this.opts.observer?.decided('passthrough');
+      return null;
+    }
+    return new PipelineExchange(this.opts, path, head.headers, head.method);
   }
 }
 
@@ -73,6 +79,8 @@ abstract class BaseExchange implements Exchange {
   protected readonly requestId: string;
   protected readonly log: Logger;
   private readonly started = performance.now();
+  /** The error behind the last {@link failure} answer, for observers. */
+  protected failedWith: { readonly errorClass: ErrorClass; readonly step: string } | undefined;
 
   constructor(
     protected readonly opts: HandlerOptions,
@@ -118,6 +126,7 @@ abstract class BaseExchange implements Exchange {
     }
     if (c.status >= 500) this.log.warn(fields, 'request failed');
     else this.log.info(fields, 'request rejected');
+    this.failedWith = { errorClass: c.errorClass, step };
     const extra: Metadata = { ...facts, status: c.status, error_step: step, error_class: c.errorClass };
     if (c.upstreamStatus !== undefined) extra['upstream_status'] = c.upstreamStatus;
     return { kind: 'respond', status: c.status, headers: { ...JSON_HEADERS }, body: errorBody(c), metadata: this.metadata('error', timings, extra) };
@@ -138,6 +147,7 @@ class RouteExchange extends BaseExchange {
 
   async complete(body: Buffer): Promise<Decision> {
     const started = performance.now();
+    this.opts.observer?.decided('route');
     try {
       const r = await this.route.handle({
         params: this.params,
@@ -156,7 +166,58 @@ class RouteExchange extends BaseExchange {
 }
 
 class PipelineExchange extends BaseExchange {
+  private readonly observation: RequestObservation;
+  /** complete() or tooLarge() began: they report the end of the request themselves. */
+  private answering = false;
+  private observed = false;
+  private ctx: RequestContext | undefined;
+  private timings: readonly StepTiming[] = [];
+  private parseMs = 0;
+
+  constructor(opts: HandlerOptions, path: string, headers: Record<string, string>, method: string) {
+    super(opts, path, headers);
+    this.observation = (opts.observer ?? NOOP_PIPELINE_OBSERVER).requestStarted({ method, path, headers });
+  }
+
+  override abort(reason: string): void {
+    super.abort(reason);
+    // Gone before the body was complete: nothing else will end this request's observation.
+    if (!this.answering) this.observe('error', undefined, { errorClass: 'cancelled', step: 'receive' });
+  }
+
+  override tooLarge(receivedBytes: number): Decision {
+    this.answering = true;
+    const decision = super.tooLarge(receivedBytes);
+    this.observe('error', 413, this.failedWith);
+    return decision;
+  }
+
   async complete(raw: Buffer): Promise<Decision> {
+    this.answering = true;
+    const decision = await this.decide(raw);
+    const path = decision.metadata['path_taken'] as DecisionPath;
+    this.observe(path, decision.kind === 'respond' ? decision.status : undefined, path === 'error' ? this.failedWith : undefined);
+    return decision;
+  }
+
+  private observe(path: DecisionPath, status: number | undefined, failed: { errorClass: ErrorClass; step: string } | undefined): void {
+    if (this.observed) return;
+    this.observed = true;
+    let stepMs = 0;
+    for (const t of this.timings) stepMs += t.ms;
+    this.observation.finished({
+      path,
+      status,
+      errorClass: failed?.errorClass,
+      errorStep: failed?.step,
+      inputTokens: this.ctx?.tokenIds ? this.ctx.tokenIds.length : null,
+      stepsStarted: this.timings.map((t) => t.step),
+      parseMs: this.parseMs,
+      stepMs,
+    });
+  }
+
+  private async decide(raw: Buffer): Promise<Decision> {
     const parseStart = performance.now();
     let body: JsonObject;
     try {
@@ -164,16 +225,18 @@ class PipelineExchange extends BaseExchange {
     } catch (err) {
       return this.failure(err, 'parse', [], {});
     }
-    const parseMs = performance.now() - parseStart;
-    const ctx = new RequestContext({
+    const parseMs = (this.parseMs = performance.now() - parseStart);
+    const ctx = (this.ctx = new RequestContext({
       requestId: this.requestId,
       originalPath: this.path,
       headers: this.headers,
       body,
       signal: this.controller.signal,
       log: this.log,
-    });
-    const outcome = await runPipeline(this.opts.steps, ctx);
+    }));
+    this.observation.parsed(ctx, raw.length);
+    const outcome = await runPipeline(this.opts.steps, ctx, this.observation);
+    this.timings = outcome.timings;
     const facts: Metadata = {
       parse_ms: round(parseMs),
       token_count: ctx.tokenIds?.length ?? 0,
@@ -201,7 +264,7 @@ class PipelineExchange extends BaseExchange {
           return {
             kind: 'forward',
             setHeaders: { ...ctx.stampedHeaders(), ...ctx.decode.headers },
-            removeHeaders: [],
+            removeHeaders: ctx.decode.removeHeaders ?? [],
             body: Buffer.from(JSON.stringify(ctx.body), 'utf8'),
             metadata: this.metadata('cascade', outcome.timings, facts),
           };

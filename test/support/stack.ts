@@ -74,6 +74,8 @@ export function stackConfigDoc(opts: StackOptions, urls: { gateway: string; rend
       max_request_body_size: opts.maxRequestBodyMb ?? 64,
       body_mode: 'auto',
       shutdown_timeout: '1s',
+      // Loopback and an ephemeral port: the default (:9464 on every interface) would collide between suites.
+      metrics_addr: '127.0.0.1:0',
     },
     gateway: { address: urls.gateway, timeout: opts.gatewayTimeout ?? '60s' },
     pipeline: {

@@ -1,0 +1,121 @@
+/**
+ * `grpc.health.v1.Health` on the ext_proc gRPC server.
+ *
+ * - service `""` (liveness): SERVING from start to drain. It never reflects dependencies, so a
+ *   Redis outage does not get the pod restarted.
+ * - service `envoy.service.ext_proc.v3.ExternalProcessor` (readiness, and what an Envoy Gateway
+ *   active health check names): SERVING while every readiness check passes, polled every few
+ *   seconds.
+ * - both NOT_SERVING for good once draining starts.
+ */
+import type * as grpc from '@grpc/grpc-js';
+import { HealthImplementation, type ServingStatus } from 'grpc-health-check';
+import type { Logger } from 'pino';
+
+export const EXT_PROC_SERVICE_NAME = 'envoy.service.ext_proc.v3.ExternalProcessor';
+export const LIVENESS_SERVICE_NAME = '';
+
+/** Resolves true when a dependency is usable. A rejection or a slow answer counts as false. */
+export type ReadinessCheck = () => Promise<boolean>;
+
+export interface HealthOptions {
+  readonly checks: readonly ReadinessCheck[];
+  /** Poll period of the readiness checks. Default 5 s. */
+  readonly intervalMs?: number;
+  /** Time one check may take before it counts as failed. Default 2 s. */
+  readonly checkTimeoutMs?: number;
+  readonly log: Logger;
+}
+
+async function runCheck(check: ReadinessCheck, timeoutMs: number): Promise<boolean> {
+  let timer: NodeJS.Timeout | undefined;
+  try {
+    return await Promise.race([
+      check().then((ok) => ok === true),
+      new Promise<boolean>((resolve) => {
+        timer = setTimeout(() => resolve(false), timeoutMs);
+      }),
+    ]);
+  } catch {
+    return false;
+  } finally {
+    clearTimeout(timer);
+  }
+}
+
+export class HealthService {
+  private readonly impl = new HealthImplementation({ [LIVENESS_SERVICE_NAME]: 'NOT_SERVING', [EXT_PROC_SERVICE_NAME]: 'NOT_SERVING' });
+  private readonly statuses = new Map<string, ServingStatus>([
+    [LIVENESS_SERVICE_NAME, 'NOT_SERVING'],
+    [EXT_PROC_SERVICE_NAME, 'NOT_SERVING'],
+  ]);
+  private timer: NodeJS.Timeout | undefined;
+  private polling = false;
+  /** The first poll logs its result even when it leaves the status unchanged (NOT_SERVING). */
+  private firstPoll = true;
+  private draining = false;
+  private readonly intervalMs: number;
+  private readonly checkTimeoutMs: number;
+
+  constructor(private readonly opts: HealthOptions) {
+    this.intervalMs = opts.intervalMs ?? 5000;
+    this.checkTimeoutMs = opts.checkTimeoutMs ?? 2000;
+  }
+
+  /** Registers the Health service; call before the server binds. */
+  addTo(server: grpc.Server): void {
+    this.impl.addToServer(server);
+  }
+
+  /** Runs the checks once (so readiness is right from the first probe), then polls them. */
+  async start(): Promise<void> {
+    this.set(LIVENESS_SERVICE_NAME, 'SERVING');
+    await this.poll();
+    if (this.draining) return;
+    this.timer = setInterval(() => void this.poll(), this.intervalMs);
+    this.timer.unref();
+  }
+
+  /** NOT_SERVING on every service from now on; checks stop. */
+  drain(): void {
+    this.draining = true;
+    this.stopPolling();
+    this.set(LIVENESS_SERVICE_NAME, 'NOT_SERVING');
+    this.set(EXT_PROC_SERVICE_NAME, 'NOT_SERVING');
+  }
+
+  stopPolling(): void {
+    if (this.timer) clearInterval(this.timer);
+    this.timer = undefined;
+  }
+
+  status(service: string): ServingStatus | undefined {
+    return this.statuses.get(service);
+  }
+
+  private async poll(): Promise<void> {
+    // A check slower than the interval must not pile up.
+    if (this.polling || this.draining) return;
+    this.polling = true;
+    try {
+      const results = await Promise.all(this.opts.checks.map((c) => runCheck(c, this.checkTimeoutMs)));
+      if (this.draining) return;
+      const failed = results.flatMap((ok, i) => (ok ? [] : [this.opts.checks[i]!.name || `check[${i}]`]));
+      const next: ServingStatus = failed.length === 0 ? 'SERVING' : 'NOT_SERVING';
+      if (next !== this.statuses.get(EXT_PROC_SERVICE_NAME) || this.firstPoll) {
+        if (next === 'SERVING') this.opts.log.info({ service: EXT_PROC_SERVICE_NAME }, 'ready');
+        else this.opts.log.warn({ service: EXT_PROC_SERVICE_NAME, failed }, 'not ready: a readiness check failed');
+      }
+      this.firstPoll = false;
+      this.set(EXT_PROC_SERVICE_NAME, next);
+    } finally {
+      this.polling = false;
+    }
+  }
+
+  private set(service: string, status: ServingStatus): void {
+    if (this.statuses.get(service) === status) return;
+    this.statuses.set(service, status);
+    this.impl.setStatus(service, status);
+  }
+}

@@ -1,0 +1,259 @@
+/**
+ * Prometheus metrics: the upstream coordinator's families (`llm_d_coordinator_*`, reference §7 and
+ * §12.6) with the same names, labels and buckets, plus the ext_proc view (`epd_coordinator_*`).
+ *
+ * One {@link CoordinatorMetrics} owns its own Registry and implements the pipeline, side-call and
+ * stream observer interfaces, so neither the pipeline nor the protocol layer imports prom-client.
+ * Label children are cached per label value: the hot path is a Map lookup and a few adds.
+ */
+import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+import type { SideCallObserver, SideCallObservation, SideCallOutcome } from '../gateway/client';
+import type { StreamObserver } from '../extproc/server';
+import { classify } from '../pipeline/errors';
+import { errorCode, executionPath, routeLabel } from './request-facts';
+import type { DecisionPath, PipelineObserver, RequestObservation, RequestResult, RequestStart, StepObservation } from '../pipeline/observer';
+
+const UPSTREAM = 'llm_d_coordinator_';
+const OWN = 'epd_coordinator_';
+
+/** The upstream "general latency" ladder, seconds. */
+export const LATENCY_BUCKETS: readonly number[] = [
+  0.005, 0.025, 0.05, 0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 1.25, 1.5, 2, 3, 4, 5, 6, 8, 10, 15, 20, 30, 45, 60, 120, 180, 240, 300, 360, 480, 600, 900,
+  1200, 1800, 2700, 3600,
+];
+/** Request body sizes, bytes: 64 B .. 1 GiB by powers of two. */
+export const SIZE_BUCKETS: readonly number[] = Array.from({ length: 25 }, (_, i) => 64 * 2 ** i);
+/** Prompt tokens: 1, then 8 .. 1 Mi by powers of two. */
+export const TOKEN_BUCKETS: readonly number[] = [1, ...Array.from({ length: 18 }, (_, i) => 8 * 2 ** i)];
+
+/** Upstream's bound on distinct `model_name` values. */
+export const MAX_MODEL_NAMES = 1000;
+/** Longer names are not labels anyone wants, and would let one request pin megabytes in the registry. */
+export const MAX_MODEL_NAME_LENGTH = 256;
+
+/**
+ * `model_name` as upstream bounds it: `""` -> `unknown`; the first {@link MAX_MODEL_NAMES} distinct
+ * names keep their value, later ones become `other`. Names over {@link MAX_MODEL_NAME_LENGTH}
+ * characters are `other` too (our addition).
+ */
+export class ModelNameLabels {
+  private readonly seen = new Set<string>();
+
+  constructor(private readonly max = MAX_MODEL_NAMES) {}
+
+  label(model: string): string {
+    if (model === '') return 'unknown';
+    if (this.seen.has(model)) return model;
+    if (model.length > MAX_MODEL_NAME_LENGTH || this.seen.size >= this.max) return 'other';
+    this.seen.add(model);
+    return model;
+  }
+}
+
+function probeResult(outcome: SideCallOutcome): string {
+  if (typeof outcome !== 'number') return 'transport_error';
+  if (outcome === 412) return 'deferred';
+  return outcome < 400 ? 'served' : 'error';
+}
+
+function statusLabel(outcome: SideCallOutcome): string {
+  // undici reports statuses 100-999; anything else cannot come from a server and is folded.
+  if (typeof outcome === 'number') return Number.isInteger(outcome) && outcome >= 100 && outcome <= 999 ? String(outcome) : 'error';
+  return outcome;
+}
+
+interface ModelSeries {
+  /** The bounded `model_name` value. */
+  readonly model: string;
+  readonly total: Counter.Internal;
+  readonly running: Gauge.Internal<string>;
+  readonly duration: Histogram.Internal<string>;
+  readonly size: Histogram.Internal<string>;
+  readonly tokens: Histogram.Internal<string>;
+}
+
+interface StepSeries {
+  readonly running: Gauge.Internal<string>;
+  readonly duration: Histogram.Internal<string>;
+}
+
+interface PhaseSeries {
+  readonly total: Counter.Internal;
+  readonly duration: Histogram.Internal<string>;
+}
+
+export interface MetricsOptions {
+  /** Node.js process metrics (`process_*`, `nodejs_*`) in the same registry. Default true. */
+  readonly processMetrics?: boolean;
+  readonly maxModelNames?: number;
+}
+
+export class CoordinatorMetrics implements PipelineObserver {
+  readonly registry = new Registry();
+  /** Pass to every side-call client. */
+  readonly sideCalls: SideCallObserver;
+  /** Pass to the ext_proc server. */
+  readonly streams: StreamObserver;
+
+  private readonly models: ModelNameLabels;
+  private readonly modelSeries = new Map<string, ModelSeries>();
+  private readonly stepSeries = new Map<string, StepSeries>();
+  private readonly phaseSeries = new Map<string, PhaseSeries>();
+
+  private readonly requestTotal: Counter;
+  private readonly requestErrors: Counter;
+  private readonly requestDuration: Histogram;
+  private readonly requestSize: Histogram;
+  private readonly requestTokens: Histogram;
+  private readonly requestRunning: Gauge;
+  private readonly stepDuration: Histogram;
+  private readonly stepErrors: Counter;
+  private readonly stepRunning: Gauge;
+  private readonly upstreamTotal: Counter;
+  private readonly upstreamDuration: Histogram;
+  private readonly executionPaths: Counter;
+  private readonly probes: Counter;
+  private readonly overhead: Histogram;
+  private readonly inflight: Gauge;
+  private readonly activeStreams: Gauge;
+  private readonly streamDuration: Histogram;
+  private readonly decisions: Counter;
+  private readonly sideCallDuration: Histogram;
+
+  constructor(opts: MetricsOptions = {}) {
+    const registers = [this.registry];
+    const latency = [...LATENCY_BUCKETS];
+    this.models = new ModelNameLabels(opts.maxModelNames);
+
+    this.requestTotal = new Counter({ name: `${UPSTREAM}request_total`, help: 'Inbound inference requests, including rejected ones.', labelNames: ['model_name'], registers });
+    this.requestErrors = new Counter({ name: `${UPSTREAM}request_error_total`, help: 'Inference requests that ended in an error answer.', labelNames: ['model_name', 'error_code'], registers });
+    this.requestDuration = new Histogram({ name: `${UPSTREAM}request_duration_seconds`, help: 'Time from the request head to the decision (the decode response itself does not pass through the service).', labelNames: ['model_name'], buckets: latency, registers });
+    this.requestSize = new Histogram({ name: `${UPSTREAM}request_size_bytes`, help: 'Request body size.', labelNames: ['model_name'], buckets: [...SIZE_BUCKETS], registers });
+    this.requestTokens = new Histogram({ name: `${UPSTREAM}request_input_tokens`, help: 'Prompt tokens, observed when render ran.', labelNames: ['model_name'], buckets: [...TOKEN_BUCKETS], registers });
+    this.requestRunning = new Gauge({ name: `${UPSTREAM}request_running`, help: 'Inference requests in progress (model_name "unknown" until the body is parsed).', labelNames: ['model_name'], registers });
+    this.stepDuration = new Histogram({ name: `${UPSTREAM}step_duration_seconds`, help: 'Pipeline step duration.', labelNames: ['step'], buckets: latency, registers });
+    this.stepErrors = new Counter({ name: `${UPSTREAM}step_errors_total`, help: 'Pipeline steps that failed.', labelNames: ['step', 'error_code'], registers });
+    this.stepRunning = new Gauge({ name: `${UPSTREAM}step_running`, help: 'Pipeline steps in progress.', labelNames: ['step'], registers });
+    this.upstreamTotal = new Counter({ name: `${UPSTREAM}upstream_request_total`, help: 'Side calls to workers and the render service (each encode sub-request counts).', labelNames: ['upstream'], registers });
+    this.upstreamDuration = new Histogram({ name: `${UPSTREAM}upstream_request_duration_seconds`, help: 'Side-call duration (streamed answers: to the response headers).', labelNames: ['upstream'], buckets: latency, registers });
+    this.executionPaths = new Counter({ name: `${UPSTREAM}execution_path_total`, help: 'Requests by the disaggregation path their steps took.', labelNames: ['model_name', 'path'], registers });
+    this.probes = new Counter({ name: `${UPSTREAM}conditional_decode_probes_total`, help: 'Conditional-decode probes by result.', labelNames: ['result'], registers });
+    this.overhead = new Histogram({ name: `${UPSTREAM}orchestration_overhead_seconds`, help: 'Request time outside body parsing and steps.', labelNames: ['route'], buckets: latency, registers });
+
+    this.inflight = new Gauge({ name: `${OWN}inflight_requests`, help: 'Inference requests the service is working on.', registers });
+    this.activeStreams = new Gauge({ name: `${OWN}extproc_active_streams`, help: 'Open ext_proc Process streams.', registers });
+    this.streamDuration = new Histogram({ name: `${OWN}extproc_stream_duration_seconds`, help: 'Lifetime of ext_proc Process streams.', buckets: latency, registers });
+    this.decisions = new Counter({ name: `${OWN}decisions_total`, help: 'Decisions by path taken: cascade, cache_hit, error, passthrough, route.', labelNames: ['path'], registers });
+    this.sideCallDuration = new Histogram({ name: `${OWN}side_call_duration_seconds`, help: 'Side-call latency by phase and HTTP status (or error, timeout, cancelled).', labelNames: ['phase', 'status'], buckets: latency, registers });
+
+    if (opts.processMetrics ?? true) collectDefaultMetrics({ register: this.registry });
+
+    this.sideCalls = { started: (phase) => this.sideCallStarted(phase) };
+    this.streams = {
+      opened: () => {
+        this.activeStreams.inc();
+        const started = performance.now();
+        return () => {
+          this.activeStreams.dec();
+          this.streamDuration.observe((performance.now() - started) / 1000);
+        };
+      },
+    };
+  }
+
+  /** The exposition text and its content type, for the `/metrics` handler. */
+  async exposition(): Promise<{ contentType: string; body: string }> {
+    return { contentType: this.registry.contentType, body: await this.registry.metrics() };
+  }
+
+  decided(path: 'route' | 'passthrough'): void {
+    this.decisions.labels(path).inc();
+  }
+
+  requestStarted(start: RequestStart): RequestObservation {
+    this.inflight.inc();
+    let series = this.forModel('unknown');
+    series.running.inc();
+    const began = performance.now();
+    return {
+      parsed: (ctx, bodyBytes) => {
+        const label = this.models.label(ctx.model);
+        if (label !== 'unknown') {
+          series.running.dec();
+          series = this.forModel(label);
+          series.running.inc();
+        }
+        series.size.observe(bodyBytes);
+      },
+      stepStarted: (step) => this.stepStarted(step),
+      finished: (result) => this.requestFinished(series, result, start.path, (performance.now() - began) / 1000),
+    };
+  }
+
+  private requestFinished(series: ModelSeries, r: RequestResult, path: string, seconds: number): void {
+    this.inflight.dec();
+    series.running.dec();
+    series.total.inc();
+    series.duration.observe(seconds);
+    const model = series.model;
+    if (r.errorClass !== undefined) this.requestErrors.labels(model, errorCode(r.errorClass)).inc();
+    if (r.inputTokens !== null) series.tokens.observe(r.inputTokens);
+    const exec = executionPath(r.stepsStarted);
+    if (exec) this.executionPaths.labels(model, exec).inc();
+    this.decisions.labels(r.path satisfies DecisionPath).inc();
+    this.overhead.labels(routeLabel(path)).observe(Math.max(0, seconds - (r.parseMs + r.stepMs) / 1000));
+  }
+
+  private stepStarted(step: string): StepObservation {
+    let s = this.stepSeries.get(step);
+    if (!s) {
+      s = { running: this.stepRunning.labels(step), duration: this.stepDuration.labels(step) };
+      this.stepSeries.set(step, s);
+    }
+    const series = s;
+    series.running.inc();
+    const began = performance.now();
+    return {
+      ended: (error) => {
+        series.running.dec();
+        series.duration.observe((performance.now() - began) / 1000);
+        if (error !== undefined) this.stepErrors.labels(step, errorCode(classify(error, '').errorClass)).inc();
+      },
+    };
+  }
+
+  private sideCallStarted(phase: string): SideCallObservation {
+    let p = this.phaseSeries.get(phase);
+    if (!p) {
+      p = { total: this.upstreamTotal.labels(phase), duration: this.upstreamDuration.labels(phase) };
+      this.phaseSeries.set(phase, p);
+    }
+    const series = p;
+    const began = performance.now();
+    return {
+      ended: (outcome) => {
+        const seconds = (performance.now() - began) / 1000;
+        series.total.inc();
+        series.duration.observe(seconds);
+        this.sideCallDuration.labels(phase, statusLabel(outcome)).observe(seconds);
+        if (phase === 'conditional-decode') this.probes.labels(probeResult(outcome)).inc();
+      },
+    };
+  }
+
+  private forModel(label: string): ModelSeries {
+    let s = this.modelSeries.get(label);
+    if (!s) {
+      s = {
+        model: label,
+        total: this.requestTotal.labels(label),
+        running: this.requestRunning.labels(label),
+        duration: this.requestDuration.labels(label),
+        size: this.requestSize.labels(label),
+        tokens: this.requestTokens.labels(label),
+      };
+      this.modelSeries.set(label, s);
+    }
+    return s;
+  }
+}

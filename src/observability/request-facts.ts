@@ -1,0 +1,45 @@
+/**
+ * Facts about a finished request in the vocabulary of the upstream coordinator's metrics and spans
+ * (reference §7, §12.6, §12.8), shared by metrics and tracing.
+ */
+import type { ErrorClass } from '../pipeline/errors';
+
+/** Our error classes in upstream's `error_code` vocabulary (§12.6), plus `cancelled` (client gone). */
+export function errorCode(errorClass: ErrorClass): string {
+  switch (errorClass) {
+    case 'bad_request':
+    case 'payload_too_large':
+      return 'bad_request';
+    case 'transport':
+      return 'upstream_transport';
+    case 'upstream_4xx':
+    case 'upstream_5xx':
+    case 'cancelled':
+    case 'internal':
+      return errorClass;
+  }
+}
+
+/** Upstream's rule (§12.6): classified from the steps that started, only when a decode leg started. */
+export function executionPath(stepsStarted: readonly string[]): string | undefined {
+  const started = new Set(stepsStarted);
+  const decode = started.has('decode') || started.has('conditional-decode') || started.has('prefill-decode');
+  if (!decode) return undefined;
+  const prefill = started.has('prefill') || started.has('prefill-decode');
+  if (prefill && started.has('encode')) return 'encode-prefill-decode';
+  return prefill ? 'prefill-decode' : 'decode-only';
+}
+
+/** The `route` label of upstream's per-route histograms. */
+export function routeLabel(path: string): string {
+  switch (path) {
+    case '/v1/chat/completions':
+      return 'chat_completions';
+    case '/v1/completions':
+      return 'completions';
+    case '/inference/v1/generate':
+      return 'generate';
+    default:
+      return 'unknown';
+  }
+}
