@@ -15,6 +15,7 @@ if [ $# -gt 0 ] && [[ "$1" != -* ]]; then
 fi
 case "$suite" in
   spine) exec node --import tsx bench/spine.ts "$@" ;;
+  large-body) exec node --import tsx bench/large-body.ts "$@" ;;
   conditional) exec node --import tsx bench/conditional.ts "$@" ;;
   *)
     echo "bench: unknown suite '$suite' (available: spine, conditional)" >&2

@@ -47,6 +47,8 @@ export interface RequestContextInit {
   headers: Record<string, string>;
   body: JsonObject;
   signal: AbortSignal;
+  /** Aborted once the service is done with the request (decided, or the client left). */
+  finished?: AbortSignal;
   log: Logger;
 }
 
@@ -67,6 +69,11 @@ export class RequestContext {
   readonly stream: boolean;
   /** Aborted when Envoy ends the stream (the client went away). */
   readonly signal: AbortSignal;
+  /**
+   * Aborted once the service is done with the request: the decision is made (the forwarded decode
+   * then belongs to Envoy) or the client left. Per-request holds such as a quota slot end here.
+   */
+  readonly finished: AbortSignal;
   readonly log: Logger;
 
   /** Set by render: the prompt's token ids, produced once and reused by every leg. */
@@ -88,6 +95,7 @@ export class RequestContext {
     this.headers = { ...init.headers };
     this.body = init.body;
     this.signal = init.signal;
+    this.finished = init.finished ?? init.signal;
     this.log = init.log;
     this.model = typeof init.body['model'] === 'string' ? (init.body['model'] as string) : '';
     this.stream = init.body['stream'] === true;

@@ -167,6 +167,8 @@ class RouteExchange extends BaseExchange {
 
 class PipelineExchange extends BaseExchange {
   private readonly observation: RequestObservation;
+  /** Fires when the service is done with the request (see RequestContext.finished). */
+  private readonly done = new AbortController();
   /** complete() or tooLarge() began: they report the end of the request themselves. */
   private answering = false;
   private observed = false;
@@ -181,6 +183,7 @@ class PipelineExchange extends BaseExchange {
 
   override abort(reason: string): void {
     super.abort(reason);
+    this.done.abort(reason);
     // Gone before the body was complete: nothing else will end this request's observation.
     if (!this.answering) this.observe('error', undefined, { errorClass: 'cancelled', step: 'receive' });
   }
@@ -194,7 +197,12 @@ class PipelineExchange extends BaseExchange {
 
   async complete(raw: Buffer): Promise<Decision> {
     this.answering = true;
-    const decision = await this.decide(raw);
+    let decision: Decision;
+    try {
+      decision = await this.decide(raw);
+    } finally {
+      this.done.abort('decided');
+    }
     const path = decision.metadata['path_taken'] as DecisionPath;
     this.observe(path, decision.kind === 'respond' ? decision.status : undefined, path === 'error' ? this.failedWith : undefined);
     return decision;
@@ -232,6 +240,7 @@ class PipelineExchange extends BaseExchange {
       headers: this.headers,
       body,
       signal: this.controller.signal,
+      finished: this.done.signal,
       log: this.log,
     }));
     this.observation.parsed(ctx, raw.length);

@@ -115,7 +115,7 @@ export class AsyncBrokerStep implements Step, ManagedStep {
 
   /** Classify, then strip and re-stamp the objective and fairness headers; the pipeline continues. */
   private async passthrough(ctx: RequestContext, tenant: string, tier: string): Promise<void> {
-    const cls = await this.quota.classify(tenant, ctx.signal, ctx.log);
+    const cls = await this.quota.classify(tenant, ctx.finished, ctx.log);
     const objectives = this.config.objectives.get(tier);
     const objective = objectives ? objectives[cls] : '';
     if (objective !== '') ctx.stampHeader(this.config.objectiveHeader, objective);

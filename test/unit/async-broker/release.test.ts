@@ -1,0 +1,57 @@
+/**
+ * A passthrough quota slot belongs to the request only while the service works on it: once the
+ * pipeline has decided (the decode request is Envoy's from then on), the slot is released, so the next
+ * request of a tenant at its limit is reserved again rather than overflow until the window ends.
+ */
+import type Redis from 'ioredis';
+import { RedisServer } from '../../support/redis';
+import { build, closeAll, sleep } from './harness';
+import { PipelineHandler } from '../../../src/pipeline/handler';
+import type { ForwardDecision } from '../../../src/pipeline/decision';
+import type { Step } from '../../../src/pipeline/step';
+import { silentLogger } from '../../../src/observability/logger';
+
+let server: RedisServer;
+let redis: Redis;
+
+beforeAll(async () => {
+  server = await RedisServer.start();
+  redis = server.client();
+});
+afterEach(async () => {
+  await closeAll();
+  await redis.flushall();
+});
+afterAll(async () => {
+  redis.disconnect();
+  await server.destroy();
+});
+
+const decode: Step = {
+  type: 'decode',
+  execute: async (ctx) => {
+    ctx.decode = { headers: { 'epp-profile': 'decode' } };
+  },
+};
+
+test('a limited tenant sending requests one after another is reserved every time', async () => {
+  const { step } = build({
+    redis_url: server.url(),
+    wakeup_mode: 'poll',
+    routes: [{ model: 'test-model', queue: 'q', tier: 'interactive' }],
+    objectives: { interactive: { reserved: 'interactive-reserved', overflow: 'interactive-overflow' } },
+    quota: { limits: { 'limited-team': 1 }, window_seconds: 300 },
+  });
+  await step.start();
+  const handler = new PipelineHandler({ steps: [step, decode], maxBodyBytes: 1 << 20, log: silentLogger() });
+  const body = Buffer.from(JSON.stringify({ model: 'test-model', messages: [{ role: 'user', content: 'hi' }] }));
+  const seen: string[] = [];
+  for (let i = 0; i < 3; i++) {
+    const ex = handler.begin({ method: 'POST', path: '/v1/chat/completions', headers: { 'x-ap-mode': 'passthrough', 'x-team': 'limited-team' } })!;
+    const d = (await ex.complete(body)) as ForwardDecision;
+    seen.push(d.setHeaders['x-llm-d-inference-objective']!);
+    // The release is a Redis call of its own; give it a moment before the next request.
+    for (let t = 0; t < 20 && (await redis.get('quota:userid:limited-team')) !== '0'; t++) await sleep(25);
+  }
+  expect(seen).toEqual(['interactive-reserved', 'interactive-reserved', 'interactive-reserved']);
+});
