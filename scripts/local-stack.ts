@@ -20,6 +20,10 @@ export interface LocalStackPorts {
   readonly encode: number;
   readonly prefill: number;
   readonly decode: number;
+  /** Prometheus `/metrics` of the coordinator; 0 = any free port. */
+  readonly metrics?: number;
+  /** Redis for the async broker; absent = no async broker in the pipeline. */
+  readonly redis?: number;
 }
 
 /** The port plan of reference/real-peers.md §8.2. */
@@ -32,6 +36,9 @@ export const STACK_PORTS: LocalStackPorts = {
   encode: 8100,
   prefill: 8200,
   decode: 8300,
+  metrics: 9464,
+  // Not 6379: a Redis the machine may already run there is not ours to write into.
+  redis: 6380,
 };
 
 export interface LocalStackOptions {
@@ -88,14 +95,23 @@ export async function checkPortsFree(ports: LocalStackPorts): Promise<void> {
 
 export function coordinatorConfig(opts: Pick<LocalStackOptions, 'ports' | 'kvConnector' | 'logLevel' | 'conditionalDecode'>): string {
   const render = { type: 'render', params: { address: `http://127.0.0.1:${opts.ports.render}`, timeout: '30s' } };
+  // The async broker must run first; it is a no-op for requests without the X-AP-Mode header.
+  const asyncBroker = opts.ports.redis
+    ? [{ type: 'async-broker', params: { redis_url: `redis://127.0.0.1:${opts.ports.redis}/0`, wait_cap_seconds: 55 } }]
+    : [];
   const doc = {
     log_level: opts.logLevel ?? 2,
-    server: { listen_addr: `127.0.0.1:${opts.ports.extProc}`, max_request_body_size: 64, body_mode: 'auto' },
+    server: {
+      listen_addr: `127.0.0.1:${opts.ports.extProc}`,
+      max_request_body_size: 64,
+      body_mode: 'auto',
+      metrics_addr: `127.0.0.1:${opts.ports.metrics ?? 0}`,
+    },
     gateway: { address: `http://127.0.0.1:${opts.ports.gateway}`, timeout: '60s' },
     pipeline: {
       kv_connector: opts.kvConnector,
       use_openai_format: true,
-      steps: [render, ...(opts.conditionalDecode ? [{ type: 'conditional-decode' }] : []), { type: 'prefill' }, { type: 'decode' }],
+      steps: [...asyncBroker, render, ...(opts.conditionalDecode ? [{ type: 'conditional-decode' }] : []), { type: 'prefill' }, { type: 'decode' }],
     },
   };
   return `# Written by scripts/local-stack.ts for this run; edits are overwritten.\n${yaml.dump(doc, { lineWidth: 120 })}`;
@@ -137,6 +153,23 @@ export async function startLocalStack(opts: LocalStackOptions): Promise<LocalSta
       say(`${name} on 127.0.0.1:${port}`);
     }
 
+    if (ports.redis) {
+      const redisDir = join(dir, 'redis');
+      mkdirSync(redisDir, { recursive: true });
+      children.push(
+        await startChild({
+          name: 'redis',
+          command: process.env['REDIS_SERVER_BIN'] ?? 'redis-server',
+          // Loopback only, no persistence; keyspace notifications wake waiting requests.
+          args: ['--port', String(ports.redis), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--dir', redisDir, '--notify-keyspace-events', 'Kl'],
+          cwd: REPO_ROOT,
+          logPath: join(dir, 'redis.log'),
+          ready: /Ready to accept connections/,
+        }),
+      );
+      say(`redis on 127.0.0.1:${ports.redis}`);
+    }
+
     const configPath = join(dir, 'coordinator.yaml');
     writeFileSync(configPath, coordinatorConfig(opts));
     const service = tsNode('src/main.ts', ['--config', configPath]);
@@ -170,6 +203,14 @@ export async function startLocalStack(opts: LocalStackOptions): Promise<LocalSta
       },
     });
     say(`envoy on 127.0.0.1:${envoy.publicPort} (gateway ${envoy.gatewayPort}, admin ${envoy.adminUrl})`);
+
+    if (ports.redis) {
+      const ap = tsNode('scripts/async-processor.ts', ['--redis-url', `redis://127.0.0.1:${ports.redis}/0`, '--igw', envoy.publicUrl]);
+      children.push(
+        await startChild({ name: 'async-processor', ...ap, cwd: REPO_ROOT, logPath: join(dir, 'async-processor.log'), ready: /^async-processor dispatching/ }),
+      );
+      say(`async processor dispatching to ${envoy.publicUrl}`);
+    }
 
     const running = envoy;
     const firstExit = Promise.race([...children.map((c) => c.exited.then(() => c.name)), running.exited.then(() => 'envoy')]);

@@ -6,7 +6,7 @@
 # Ctrl-C / SIGTERM. Configs, logs and the access log are written under .stack/.
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-bash scripts/ensure-deps.sh node envoy
+bash scripts/ensure-deps.sh node envoy redis
 
 # One node process (no wrapper relaying signals): Ctrl-C and SIGTERM reach the supervisor, which
 # stops every child by PID.

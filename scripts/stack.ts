@@ -139,7 +139,17 @@ ${
 
 `
       : ''
-  }  Access log (JSON, one line per request and per side call): ${stack.accessLogPath}
+  }  Queue work through the async broker (Redis on 127.0.0.1:${STACK_PORTS.redis}, a processor dispatching back
+  through Envoy):
+    curl -sS ${stack.publicUrl}/v1/chat/completions -H 'content-type: application/json' \\
+      -H 'X-AP-Mode: enqueue' -H 'x-request-id: job-1' -d '${chat}'      # 202 {"id":"job-1","status":"pending"}
+    curl -sS ${stack.publicUrl}/v1/requests/job-1                       # 202 pending, then the model's 200
+    curl -sS ${stack.publicUrl}/v1/chat/completions -H 'content-type: application/json' \\
+      -H 'X-AP-Mode: wait' -d '${chat}'                                 # held until the result lands
+
+  Metrics: curl -sS http://127.0.0.1:${STACK_PORTS.metrics}/metrics
+
+  Access log (JSON, one line per request and per side call): ${stack.accessLogPath}
     tail -f ${stack.accessLogPath}
   Logs and configs: ${DIR}/ (coordinator.yaml, coordinator.log, sim-*.log, envoy/)
   PIDs: ${stack.pids.map((p) => `${p.name}=${p.pid}`).join(' ')}
