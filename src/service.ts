@@ -157,6 +157,7 @@ export async function startService(config: AppConfig, opts: ServiceOptions = {})
       metadataNamespace: config.server.metadataNamespace,
       fallbackBodyMode: config.server.bodyMode === 'buffered' ? 'buffered' : 'full_duplex',
       streamObserver: metrics?.streams,
+      streamedResponses: config.server.streamedResponses,
       log,
     });
     cleanups.push(async () => server.forceShutdown());

@@ -21,6 +21,7 @@ export interface AppConfig {
     readonly shutdownTimeoutMs: number;
     /** `host:port` of the Prometheus listener; `null` = disabled. */
     readonly metricsAddr: ListenAddress | null;
+    readonly streamedResponses: boolean;
     /** TLS on the gRPC listener; `null` = plaintext h2c. */
     readonly tls: TlsFiles | null;
   };
@@ -231,6 +232,7 @@ export function parseConfig(doc: unknown, env: NodeJS.ProcessEnv = process.env):
       metadataNamespace: get<string>('server.metadata_namespace'),
       shutdownTimeoutMs: get<number>('server.shutdown_timeout'),
       metricsAddr: parseMetricsAddr(get<string>('server.metrics_addr')),
+      streamedResponses: get<boolean>('server.streamed_responses'),
       tls: parseTls(get<string | undefined>('server.tls_cert_file'), get<string | undefined>('server.tls_key_file'), get<string | undefined>('server.tls_client_ca_file')),
     },
     gateway: {

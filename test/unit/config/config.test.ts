@@ -156,3 +156,9 @@ describe('buildPipeline: async-broker placement', () => {
     );
   });
 });
+
+test('server.streamed_responses defaults on and can be turned off for Envoy 1.34-1.36', () => {
+  expect(parseConfig({}, {}).server.streamedResponses).toBe(true);
+  expect(parseConfig({ server: { streamed_responses: false } }, {}).server.streamedResponses).toBe(false);
+  expect(parseConfig({}, { COORDINATOR_SERVER_STREAMED_RESPONSES: 'false' }).server.streamedResponses).toBe(false);
+});
