@@ -9,7 +9,7 @@ import { combineObservers } from './pipeline/observer';
 import { StepRegistry } from './pipeline/registry';
 import type { Route, Step, StepDeps } from './pipeline/step';
 import { registerBuiltinSteps } from './steps';
-import { HealthService, type ReadinessCheck } from './observability/health';
+import { HealthService, type DependencyCheck, type ReadinessCheck } from './observability/health';
 import { createLogger } from './observability/logger';
 import { CoordinatorMetrics } from './observability/metrics';
 import { startMetricsServer, type MetricsServer } from './observability/metrics-server';
@@ -122,13 +122,15 @@ export async function startService(config: AppConfig, opts: ServiceOptions = {})
     const steps = buildPipeline(config.pipeline, registry, deps);
 
     const checks: ReadinessCheck[] = [...(opts.readinessChecks ?? [])];
+    const dependencies: DependencyCheck[] = [];
     for (const step of steps) {
       const life = lifecycleOf(step);
       if (life.close) cleanups.push(life.close);
       // A dependency that is down at start-up stops the service (exit 1), as upstream.
       if (life.start) await life.start();
-      const probe = life.ready ?? life.ping;
-      if (probe) checks.push(named(probe, step.type));
+      // ready() gates readiness; ping() only reports a dependency (the async broker fails open).
+      if (life.ready) checks.push(named(life.ready, step.type));
+      else if (life.ping) dependencies.push({ name: step.type, check: life.ping });
     }
 
     const handler = new PipelineHandler({
@@ -138,7 +140,7 @@ export async function startService(config: AppConfig, opts: ServiceOptions = {})
       log,
       observer: combineObservers([metrics, tracing].filter((o) => o !== undefined)),
     });
-    const health = new HealthService({ checks, intervalMs: opts.readinessIntervalMs, log });
+    const health = new HealthService({ checks, dependencies, intervalMs: opts.readinessIntervalMs, log });
     cleanups.push(async () => health.stopPolling());
 
     let metricsServer: MetricsServer | undefined;

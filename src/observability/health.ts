@@ -6,7 +6,10 @@
  * - service `envoy.service.ext_proc.v3.ExternalProcessor` (readiness, and what an Envoy Gateway
  *   active health check names): SERVING while every readiness check passes, polled every few
  *   seconds.
- * - both NOT_SERVING for good once draining starts.
+ * - `epd.coordinator.dependency.<name>` per non-gating dependency (the async broker's Redis): its own
+ *   status, without taking the service out. The async broker fails open for passthrough traffic, so
+ *   a Redis outage must not empty the endpoint set; operators watch (and alert on) this service.
+ * - all NOT_SERVING for good once draining starts.
  */
 import type * as grpc from '@grpc/grpc-js';
 import { HealthImplementation, type ServingStatus } from 'grpc-health-check';
@@ -18,8 +21,19 @@ export const LIVENESS_SERVICE_NAME = '';
 /** Resolves true when a dependency is usable. A rejection or a slow answer counts as false. */
 export type ReadinessCheck = () => Promise<boolean>;
 
+/** Health service name of a non-gating dependency. */
+export const dependencyServiceName = (name: string): string => `epd.coordinator.dependency.${name}`;
+
+export interface DependencyCheck {
+  readonly name: string;
+  readonly check: ReadinessCheck;
+}
+
 export interface HealthOptions {
+  /** Gating: readiness is SERVING only while all pass. */
   readonly checks: readonly ReadinessCheck[];
+  /** Reported under their own service names; they never change readiness. */
+  readonly dependencies?: readonly DependencyCheck[];
   /** Poll period of the readiness checks. Default 5 s. */
   readonly intervalMs?: number;
   /** Time one check may take before it counts as failed. Default 2 s. */
@@ -60,6 +74,7 @@ export class HealthService {
   constructor(private readonly opts: HealthOptions) {
     this.intervalMs = opts.intervalMs ?? 5000;
     this.checkTimeoutMs = opts.checkTimeoutMs ?? 2000;
+    for (const d of opts.dependencies ?? []) this.set(dependencyServiceName(d.name), 'NOT_SERVING');
   }
 
   /** Registers the Health service; call before the server binds. */
@@ -80,8 +95,7 @@ export class HealthService {
   drain(): void {
     this.draining = true;
     this.stopPolling();
-    this.set(LIVENESS_SERVICE_NAME, 'NOT_SERVING');
-    this.set(EXT_PROC_SERVICE_NAME, 'NOT_SERVING');
+    for (const name of [...this.statuses.keys()]) this.set(name, 'NOT_SERVING');
   }
 
   stopPolling(): void {
@@ -98,8 +112,21 @@ export class HealthService {
     if (this.polling || this.draining) return;
     this.polling = true;
     try {
-      const results = await Promise.all(this.opts.checks.map((c) => runCheck(c, this.checkTimeoutMs)));
+      const deps = this.opts.dependencies ?? [];
+      const [results, depResults] = await Promise.all([
+        Promise.all(this.opts.checks.map((c) => runCheck(c, this.checkTimeoutMs))),
+        Promise.all(deps.map((d) => runCheck(d.check, this.checkTimeoutMs))),
+      ]);
       if (this.draining) return;
+      deps.forEach((d, i) => {
+        const name = dependencyServiceName(d.name);
+        const status: ServingStatus = depResults[i] ? 'SERVING' : 'NOT_SERVING';
+        if (status !== this.statuses.get(name) || this.firstPoll) {
+          if (status === 'SERVING') this.opts.log.info({ service: name }, 'dependency up');
+          else this.opts.log.warn({ service: name }, 'dependency down (requests that need it fail; the rest are served)');
+        }
+        this.set(name, status);
+      });
       const failed = results.flatMap((ok, i) => (ok ? [] : [this.opts.checks[i]!.name || `check[${i}]`]));
       const next: ServingStatus = failed.length === 0 ? 'SERVING' : 'NOT_SERVING';
       if (next !== this.statuses.get(EXT_PROC_SERVICE_NAME) || this.firstPoll) {

@@ -208,14 +208,14 @@ describe('tracing on', () => {
 });
 
 describe('step lifecycle (duck typed)', () => {
-  test('start() runs before listening, ping() drives readiness, close() runs at shutdown', async () => {
+  test('start() runs before listening, ready() gates readiness, close() runs at shutdown', async () => {
     const calls: string[] = [];
     let healthy = true;
     const factory: StepFactory = (): Step & Record<string, unknown> => ({
       type: 'managed',
       execute: async () => undefined,
       start: async () => void calls.push('start'),
-      ping: async () => healthy,
+      ready: async () => healthy,
       close: async () => void calls.push('close'),
     });
     const service = await startService(config(upstream.url, { steps: [{ type: 'managed' }], server: { metrics_addr: 'off' } }), {
@@ -229,12 +229,35 @@ describe('step lifecycle (duck typed)', () => {
       expect(calls).toEqual(['start']);
       expect(await health.check(EXT_PROC)).toBe('SERVING');
       healthy = false;
-      await eventually(async () => (await health.check(EXT_PROC)) === 'NOT_SERVING', 'ping() false -> NOT_SERVING');
+      await eventually(async () => (await health.check(EXT_PROC)) === 'NOT_SERVING', 'ready() false -> NOT_SERVING');
     } finally {
       health.close();
       await service.close(0);
     }
     expect(calls).toEqual(['start', 'close']);
+  });
+
+  test('a ping()-only dependency (the async broker\'s Redis) is reported on its own service and never takes readiness down', async () => {
+    let up = true;
+    const factory: StepFactory = (): Step & Record<string, unknown> => ({ type: 'queue', execute: async () => undefined, ping: async () => up });
+    const service = await startService(config(upstream.url, { steps: [{ type: 'queue' }], server: { metrics_addr: 'off' } }), {
+      log: silentLogger(),
+      readinessIntervalMs: 30,
+      registerSteps: (r) => r.register('queue', factory),
+    });
+    const health = new HealthProbe(`127.0.0.1:${service.grpcPort}`);
+    const dep = 'epd.coordinator.dependency.queue';
+    try {
+      expect(await health.check(dep)).toBe('SERVING');
+      up = false;
+      await eventually(async () => (await health.check(dep)) === 'NOT_SERVING', 'ping() false -> dependency NOT_SERVING');
+      expect(await health.check(EXT_PROC)).toBe('SERVING');
+      up = true;
+      await eventually(async () => (await health.check(dep)) === 'SERVING', 'ping() true again -> dependency SERVING');
+    } finally {
+      health.close();
+      await service.close(0);
+    }
   });
 
   test('a step whose start() fails stops start-up, and what was opened is closed', async () => {
