@@ -30,11 +30,12 @@ import {
   EMPTY_RESPONSE_BODY,
   EMPTY_RESPONSE_HEADERS,
   EMPTY_RESPONSE_TRAILERS,
-  STREAMED_CHUNK_BYTES,
   bufferedForwardBodyResponse,
+  forwardBodyLength,
   forwardHeadersResponse,
   immediateResponse,
   internalErrorResponse,
+  streamedBodyChunks,
   streamedRequestChunk,
   streamedResponseChunk,
 } from './responses';
@@ -240,8 +241,15 @@ export class ProcessStream {
 
   private finishCollecting(): void {
     const exchange = this.exchange!;
-    const body = this.chunks.length === 1 ? this.chunks[0]! : Buffer.concat(this.chunks, this.received);
+    const chunks = this.chunks;
     this.chunks = [];
+    if (chunks.length > 1 && exchange.completeParts) {
+      // A large body stays in the chunks it came in: no copy of the whole.
+      const length = this.received;
+      this.startDecision(() => exchange.completeParts!(chunks, length), 'headers', chunks);
+      return;
+    }
+    const body = chunks.length === 1 ? chunks[0]! : Buffer.concat(chunks, this.received);
     this.startDecision(() => exchange.complete(body), 'headers', body);
   }
 
@@ -319,7 +327,7 @@ export class ProcessStream {
 
   // ---- decisions ----
 
-  private startDecision(run: () => Promise<Decision>, target: Target, original: Buffer): void {
+  private startDecision(run: () => Promise<Decision>, target: Target, original: Buffer | readonly Buffer[]): void {
     this.phase = 'deciding';
     let pending: Promise<Decision>;
     try {
@@ -351,7 +359,7 @@ export class ProcessStream {
     this.enqueue(() => this.deliver(decision, target, null));
   }
 
-  private async deliver(decision: Decision, target: Target, original: Buffer | null): Promise<void> {
+  private async deliver(decision: Decision, target: Target, original: Buffer | readonly Buffer[] | null): Promise<void> {
     const metadata = toDynamicMetadata(this.opts.metadataNamespace, decision.metadata);
     const dropped: DroppedHeaders = { invalid: [] };
     if (decision.kind === 'respond') await this.sendRespond(decision, target, metadata, dropped);
@@ -366,7 +374,7 @@ export class ProcessStream {
   private async sendForward(
     decision: ForwardDecision,
     target: Target,
-    original: Buffer | null,
+    original: Buffer | readonly Buffer[] | null,
     metadata: StructOut | undefined,
     dropped: DroppedHeaders,
   ): Promise<void> {
@@ -378,13 +386,13 @@ export class ProcessStream {
     }
     if (target === 'body') {
       if (decision.body === null && original === null) throw new Error('forward decision without a body after the client body was dropped');
-      if (decision.body) this.checkResponseBodySize(decision.body.length);
+      if (decision.body) this.checkResponseBodySize(forwardBodyLength(decision.body));
       await this.send(bufferedForwardBodyResponse(decision, { metadata, dropped }));
       return;
     }
     if (this.headersOnly) {
       // No body was announced, so none can be sent (Envoy expects no body chunks).
-      if (decision.body && decision.body.length > 0 && this.opts.log.isLevelEnabled('debug')) {
+      if (decision.body && forwardBodyLength(decision.body) > 0 && this.opts.log.isLevelEnabled('debug')) {
         this.opts.log.debug('ext_proc: forward body dropped for a request without a body');
       }
       await this.send(forwardHeadersResponse(decision, { removeContentLength: false, metadata, dropped }));
@@ -398,20 +406,20 @@ export class ProcessStream {
   }
 
   /**
-   * FULL_DUPLEX_STREAMED body: <= 64 KiB chunks, end_of_stream on the last one only, and never
-   * when the request had trailers (the trailers reply ends the body then).
+   * FULL_DUPLEX_STREAMED body: <= 64 KiB chunks (see streamedBodyChunks: large parts of a body in
+   * parts go out uncopied), end_of_stream on the last one only, and never when the request had
+   * trailers (the trailers reply ends the body then).
    */
-  private async streamRequestBody(body: Buffer): Promise<void> {
-    const len = body.length;
+  private async streamRequestBody(body: Buffer | readonly Buffer[]): Promise<void> {
+    const chunks = streamedBodyChunks(body);
     const endsWithChunk = !this.hadTrailers;
-    if (len === 0) {
+    if (chunks.length === 0) {
       if (endsWithChunk) await this.send(streamedRequestChunk(EMPTY, true));
       return;
     }
-    for (let off = 0; off < len; off += STREAMED_CHUNK_BYTES) {
+    for (let i = 0; i < chunks.length; i++) {
       if (!this.canWrite()) return;
-      const end = Math.min(off + STREAMED_CHUNK_BYTES, len);
-      await this.send(streamedRequestChunk(body.subarray(off, end), endsWithChunk && end === len));
+      await this.send(streamedRequestChunk(chunks[i]!, endsWithChunk && i === chunks.length - 1));
     }
   }
 

@@ -59,6 +59,51 @@ export function streamedResponseChunk(body: Buffer, endOfStream: boolean): Proce
 
 // ---- forward ----
 
+/** Bytes of a forward body, whole or in parts. */
+export function forwardBodyLength(body: Buffer | readonly Buffer[]): number {
+  if (Buffer.isBuffer(body)) return body.length;
+  let n = 0;
+  for (const part of body) n += part.length;
+  return n;
+}
+
+/**
+ * The FULL_DUPLEX_STREAMED messages of a forward body: each at most `max` bytes. A part of at least
+ * half that is sent as subarrays of itself (a large string of the client's body is never copied);
+ * runs of smaller parts (the JSON between big strings, or small chunks as Envoy streamed them) are
+ * joined into one message, so the message count stays within twice the minimum.
+ */
+export function streamedBodyChunks(body: Buffer | readonly Buffer[], max: number = STREAMED_CHUNK_BYTES): Buffer[] {
+  const parts: readonly Buffer[] = Buffer.isBuffer(body) ? [body] : body;
+  const out: Buffer[] = [];
+  let run: Buffer[] = [];
+  let runBytes = 0;
+  const flush = (): void => {
+    if (runBytes > 0) out.push(run.length === 1 ? run[0]! : Buffer.concat(run, runBytes));
+    run = [];
+    runBytes = 0;
+  };
+  for (const part of parts) {
+    if (part.length === 0) continue;
+    if (part.length >= max / 2) {
+      flush();
+      for (let off = 0; off < part.length; off += max) out.push(part.subarray(off, Math.min(off + max, part.length)));
+      continue;
+    }
+    if (runBytes + part.length > max) flush();
+    run.push(part);
+    runBytes += part.length;
+  }
+  flush();
+  return out;
+}
+
+/** A forward body as one buffer: the only copy of a body in parts, for a single-message reply. */
+function wholeBody(body: Buffer | readonly Buffer[]): Buffer {
+  if (Buffer.isBuffer(body)) return body;
+  return body.length === 1 ? body[0]! : Buffer.concat(body as Buffer[], forwardBodyLength(body));
+}
+
 /**
  * The headers reply of a forward decision: used in FULL_DUPLEX_STREAMED mode (content-length is
  * always removed, the body follows as chunks) and for a request without a body in any mode.
@@ -89,7 +134,7 @@ export function bufferedForwardBodyResponse(
   decision: ForwardDecision,
   opts: { metadata: StructOut | undefined; dropped?: DroppedHeaders },
 ): ProcessingResponseOut {
-  const body = decision.body;
+  const body = decision.body === null ? null : wholeBody(decision.body);
   const header_mutation = buildHeaderMutation(
     {
       set: decision.setHeaders,

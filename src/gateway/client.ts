@@ -33,15 +33,21 @@ export interface StreamingSideCallResponse {
   cancel(): void;
 }
 
+/**
+ * A request body: text, bytes, or bytes in parts. Parts are written in order, never concatenated
+ * (a large body keeps its big strings as subarrays of the client's buffer).
+ */
+export type SideCallBody = string | Buffer | readonly Buffer[];
+
 /** An HTTP client bound to one base URL (the gateway, or render's own address). */
 export interface SideCallClient {
   readonly baseUrl: string;
-  post(path: string, headers: Record<string, string>, body: string | Buffer, opts: SideCallOptions): Promise<SideCallResponse>;
+  post(path: string, headers: Record<string, string>, body: SideCallBody, opts: SideCallOptions): Promise<SideCallResponse>;
   /** Like {@link post}, but hands the body over as it streams (conditional-decode hits). */
   postStreaming(
     path: string,
     headers: Record<string, string>,
-    body: string | Buffer,
+    body: SideCallBody,
     opts: SideCallOptions,
   ): Promise<StreamingSideCallResponse>;
   close(): Promise<void>;
@@ -142,8 +148,18 @@ export class PooledSideCallClient implements SideCallClient {
     });
   }
 
-  private async dispatch(path: string, headers: Record<string, string>, body: string | Buffer, opts: SideCallOptions) {
+  private async dispatch(path: string, headers: Record<string, string>, body: SideCallBody, opts: SideCallOptions) {
     if (opts.signal.aborted) throw new CancelledError();
+    let payload: string | Buffer | readonly Buffer[] = body;
+    if (typeof body !== 'string' && !Buffer.isBuffer(body)) {
+      if (body.length === 1) payload = body[0]!;
+      else {
+        // undici writes an iterable as is; with the length known up front it is not chunked.
+        let length = 0;
+        for (const part of body) length += part.length;
+        headers = { ...headers, 'content-length': String(length) };
+      }
+    }
     const signals: AbortSignal[] = [opts.signal];
     if (opts.totalTimeoutMs && opts.totalTimeoutMs > 0) signals.push(AbortSignal.timeout(opts.totalTimeoutMs));
     const signal = signals.length === 1 ? opts.signal : AbortSignal.any(signals);
@@ -152,7 +168,8 @@ export class PooledSideCallClient implements SideCallClient {
         method: 'POST',
         path: this.basePath + path,
         headers,
-        body,
+        // undici writes any iterable body chunk by chunk (its typings list only the other kinds).
+        body: payload as string | Buffer,
         signal,
         headersTimeout: opts.headersTimeoutMs && opts.headersTimeoutMs > 0 ? opts.headersTimeoutMs : 0,
         bodyTimeout: 0,
@@ -175,7 +192,7 @@ export class PooledSideCallClient implements SideCallClient {
     return this.observer?.started(sideCallPhase(opts.step), this.basePath + path, headers);
   }
 
-  async post(path: string, headers: Record<string, string>, body: string | Buffer, opts: SideCallOptions): Promise<SideCallResponse> {
+  async post(path: string, headers: Record<string, string>, body: SideCallBody, opts: SideCallOptions): Promise<SideCallResponse> {
     const observation = this.observe(path, headers, opts);
     if (!observation) return this.postUnobserved(path, headers, body, opts);
     try {
@@ -188,7 +205,7 @@ export class PooledSideCallClient implements SideCallClient {
     }
   }
 
-  private async postUnobserved(path: string, headers: Record<string, string>, body: string | Buffer, opts: SideCallOptions): Promise<SideCallResponse> {
+  private async postUnobserved(path: string, headers: Record<string, string>, body: SideCallBody, opts: SideCallOptions): Promise<SideCallResponse> {
     const { res, signal } = await this.dispatch(path, headers, body, opts);
     const ok = (opts.okStatuses ?? [200]).includes(res.statusCode);
     try {
@@ -204,7 +221,7 @@ export class PooledSideCallClient implements SideCallClient {
   async postStreaming(
     path: string,
     headers: Record<string, string>,
-    body: string | Buffer,
+    body: SideCallBody,
     opts: SideCallOptions,
   ): Promise<StreamingSideCallResponse> {
     const observation = this.observe(path, headers, opts);

@@ -1,4 +1,5 @@
 import type { Logger } from 'pino';
+import { PLAIN_BODY_CODEC, type BodyCodec } from './json-body';
 
 export type JsonObject = { [key: string]: unknown };
 
@@ -30,7 +31,15 @@ const NEVER_FORWARDED = new Set([
   'content-length',
   'content-type',
   'epp-profile',
+  // Envoy answers a client's `Expect: 100-continue` itself; the side-call client (undici) refuses
+  // to send one, so forwarding it would fail every side call.
+  'expect',
 ]);
+
+/** An HTTP token (RFC 9110), lower-case as stored. */
+const FORWARDABLE_NAME = /^[!#$%&'*+\-.^_`|~0-9a-z]+$/;
+/** Control characters other than HTAB, DEL, and anything beyond latin1. */
+const UNFORWARDABLE_VALUE = /[\x00-\x08\x0a-\x1f\x7f]|[^\x00-\xff]/;
 
 /** What the decode step leaves for the final rewrite: the headers Envoy forwards with. */
 export interface DecodeRequest {
@@ -50,6 +59,8 @@ export interface RequestContextInit {
   /** Aborted once the service is done with the request (decided, or the client left). */
   finished?: AbortSignal;
   log: Logger;
+  /** How `body` came from the client's bytes (big strings kept raw); plain JSON when absent. */
+  codec?: BodyCodec;
 }
 
 /**
@@ -61,8 +72,14 @@ export class RequestContext {
   readonly originalPath: string;
   /** Inbound headers (lower-case, first value), plus any a step stamped with {@link stampHeader}. */
   readonly headers: Readonly<Record<string, string>>;
-  /** The parsed client body. Steps mutate it; it is serialised once, at the end. */
+  /**
+   * The parsed client body. Steps mutate it; it is serialised once, at the end. Big strings in it
+   * may be placeholders: read a string's content with {@link text}, and serialise every outbound
+   * body that carries body values with {@link serialize}, never with `JSON.stringify`.
+   */
   body: JsonObject;
+  /** How {@link body} maps back to the client's bytes. */
+  readonly codec: BodyCodec;
   /** `body.model` when it is a string, else `""`. */
   readonly model: string;
   /** True only when `body.stream` is the boolean `true`. */
@@ -97,8 +114,27 @@ export class RequestContext {
     this.signal = init.signal;
     this.finished = init.finished ?? init.signal;
     this.log = init.log;
-    this.model = typeof init.body['model'] === 'string' ? (init.body['model'] as string) : '';
+    this.codec = init.codec ?? PLAIN_BODY_CODEC;
+    this.model = typeof init.body['model'] === 'string' ? this.codec.text(init.body['model'] as string) : '';
     this.stream = init.body['stream'] === true;
+  }
+
+  /**
+   * A JSON body as bytes, with the client's big strings spliced back in from its own buffer (no
+   * copy). Send the parts as they are (their total length is the content-length).
+   */
+  serialize(value: unknown): Buffer[] {
+    return this.codec.serialize(value);
+  }
+
+  /** The real content of a string read from the body (a big one is decoded on first use). */
+  text(s: string): string {
+    return this.codec.text(s);
+  }
+
+  /** The first `maxChars` characters of {@link text}, without decoding the rest. */
+  textHead(s: string, maxChars: number): string {
+    return this.codec.textHead(s, maxChars);
   }
 
   /**
@@ -126,7 +162,9 @@ export class RequestContext {
     if (!this.forwarded) {
       const out: Record<string, string> = {};
       for (const [name, value] of Object.entries(this.headers)) {
-        if (!NEVER_FORWARDED.has(name)) out[name] = value;
+        // A name or value no HTTP client may send (Envoy never delivers one, a stray ext_proc
+        // client might) is dropped rather than failing the side call, and can never inject CRLF.
+        if (!NEVER_FORWARDED.has(name) && FORWARDABLE_NAME.test(name) && !UNFORWARDABLE_VALUE.test(value)) out[name] = value;
       }
       this.forwarded = out;
     }

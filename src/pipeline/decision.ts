@@ -16,8 +16,12 @@ export interface ForwardDecision {
   readonly setHeaders: Record<string, string>;
   /** Headers to remove from the request Envoy forwards. Names are lower-case. */
   readonly removeHeaders: readonly string[];
-  /** The new request body, or `null` to leave the client's body untouched. */
-  readonly body: Buffer | null;
+  /**
+   * The new request body, or `null` to leave the client's body untouched. A list is one body in
+   * parts (large strings are subarrays of the client's buffer): sent in order, never concatenated
+   * where the protocol allows it.
+   */
+  readonly body: Buffer | readonly Buffer[] | null;
   readonly metadata: Metadata;
 }
 
@@ -51,6 +55,11 @@ export interface Exchange {
   readonly maxBodyBytes: number;
   /** Runs the pipeline over the complete body. Never rejects: failures come back as `respond`. */
   complete(body: Buffer): Promise<Decision>;
+  /**
+   * {@link complete} for a body that arrived in chunks (in order, `length` bytes in all), when the
+   * exchange can use them as they are; without it the protocol layer concatenates them first.
+   */
+  completeParts?(parts: readonly Buffer[], length: number): Promise<Decision>;
   /** The answer for a body over {@link maxBodyBytes}. */
   tooLarge(receivedBytes: number): Decision;
   /** Envoy ended the stream early (the client went away): abort everything in flight. */

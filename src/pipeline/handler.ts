@@ -1,8 +1,10 @@
 import type { Logger } from 'pino';
-import { RequestContext, type JsonObject } from './context';
+import { RequestContext } from './context';
 import type { Decision, Exchange, Metadata, RequestHandler, RequestHead, RespondDecision } from './decision';
-import { BadRequestError, PayloadTooLargeError, UpstreamError, classify, errorBody, type ErrorClass } from './errors';
+import { PayloadTooLargeError, UpstreamError, classify, errorBody, type ErrorClass } from './errors';
 import { runPipeline, type StepTiming } from './executor';
+import { parseJsonBody, type ParsedJsonBody } from './json-body';
+import { checkJsonDepth } from './json-depth';
 import { NOOP_PIPELINE_OBSERVER, type DecisionPath, type PipelineObserver, type RequestObservation } from './observer';
 import { sanitiseRequestId } from './request-id';
 import type { Route, Step } from './step';
@@ -37,16 +39,9 @@ function timingMetadata(timings: readonly StepTiming[]): Metadata {
   return { step_ms: stepMs, steps: timings.map((t) => `${t.step}:${round(t.ms)}`).join(',') };
 }
 
-/** Parses the client body once. Anything but a JSON object is a 400, as upstream. */
-function parseBody(body: Buffer): JsonObject {
-  let parsed: unknown;
-  try {
-    parsed = JSON.parse(body.toString('utf8'));
-  } catch {
-    throw new BadRequestError('invalid JSON body');
-  }
-  if (typeof parsed !== 'object' || parsed === null || Array.isArray(parsed)) throw new BadRequestError('invalid JSON body');
-  return parsed as JsonObject;
+/** One part is sent as one buffer (every small body); several are kept apart, never concatenated. */
+function forwardBody(parts: Buffer[]): Buffer | readonly Buffer[] {
+  return parts.length === 1 ? parts[0]! : parts;
 }
 
 /**
@@ -195,11 +190,16 @@ class PipelineExchange extends BaseExchange {
     return decision;
   }
 
-  async complete(raw: Buffer): Promise<Decision> {
+  complete(raw: Buffer): Promise<Decision> {
+    return this.completeParts([raw], raw.length);
+  }
+
+  /** The body as Envoy streamed it: parsed from the chunks, never concatenated whole. */
+  async completeParts(parts: readonly Buffer[], length: number): Promise<Decision> {
     this.answering = true;
     let decision: Decision;
     try {
-      decision = await this.decide(raw);
+      decision = await this.decide(parts, length);
     } finally {
       this.done.abort('decided');
     }
@@ -225,11 +225,13 @@ class PipelineExchange extends BaseExchange {
     });
   }
 
-  private async decide(raw: Buffer): Promise<Decision> {
+  private async decide(raw: readonly Buffer[], length: number): Promise<Decision> {
     const parseStart = performance.now();
-    let body: JsonObject;
+    // Parsed once; anything but a JSON object is a 400, as upstream.
+    let parsed: ParsedJsonBody;
     try {
-      body = parseBody(raw);
+      parsed = parseJsonBody(raw);
+      checkJsonDepth(parsed.body);
     } catch (err) {
       return this.failure(err, 'parse', [], {});
     }
@@ -238,12 +240,13 @@ class PipelineExchange extends BaseExchange {
       requestId: this.requestId,
       originalPath: this.path,
       headers: this.headers,
-      body,
+      body: parsed.body,
+      codec: parsed.codec,
       signal: this.controller.signal,
       finished: this.done.signal,
       log: this.log,
     }));
-    this.observation.parsed(ctx, raw.length);
+    this.observation.parsed(ctx, length);
     const outcome = await runPipeline(this.opts.steps, ctx, this.observation);
     this.timings = outcome.timings;
     const facts: Metadata = {
@@ -274,7 +277,7 @@ class PipelineExchange extends BaseExchange {
             kind: 'forward',
             setHeaders: { ...ctx.stampedHeaders(), ...ctx.decode.headers },
             removeHeaders: ctx.decode.removeHeaders ?? [],
-            body: Buffer.from(JSON.stringify(ctx.body), 'utf8'),
+            body: forwardBody(ctx.serialize(ctx.body)),
             metadata: this.metadata('cascade', outcome.timings, facts),
           };
         } catch (err) {

@@ -118,7 +118,7 @@ class ConditionalDecodeStep implements Step {
 
     // A transport failure (connect, reset, response-header timeout) throws a TransportError: the
     // classifier answers 502 with our JSON error body (upstream: 502 with an empty body).
-    const res = await this.gateway.postStreaming(ctx.originalPath, headers, JSON.stringify(body), {
+    const res = await this.gateway.postStreaming(ctx.originalPath, headers, ctx.serialize(body), {
       step: CONDITIONAL_DECODE_STEP,
       signal: ctx.signal,
       headersTimeoutMs: this.headersTimeoutMs,

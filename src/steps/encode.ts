@@ -153,7 +153,7 @@ class EncodeStep implements Step {
     const step = `${ENCODE_STEP}[${i}]`;
     const headers = gatewayLegHeaders(ctx.forwardedHeaders(), ctx.requestId, 'encode');
     ctx.log.debug({ step: ENCODE_STEP, index: i, path }, 'sending sub-request');
-    const res = await this.gateway.post(path, headers, JSON.stringify(body), {
+    const res = await this.gateway.post(path, headers, ctx.serialize(body), {
       step,
       signal,
       headersTimeoutMs: this.headersTimeoutMs,

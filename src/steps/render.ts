@@ -154,7 +154,7 @@ class RenderStep implements Step {
     // upstream sends it only the client's own headers (Q10).
     const headers = ctx.forwardedHeaders();
     headers[HEADER_CONTENT_TYPE] = CONTENT_TYPE_JSON;
-    const res = await this.client.post(`${basePath}/render`, headers, JSON.stringify(ctx.body), {
+    const res = await this.client.post(`${basePath}/render`, headers, ctx.serialize(ctx.body), {
       step: RENDER_STEP,
       signal: ctx.signal,
       totalTimeoutMs: this.cfg.timeoutMs,

@@ -3,7 +3,7 @@
  * render sees it. `data:` URLs are validated; http(s) URLs are downloaded (bounded, SSRF-guarded)
  * and rewritten to `data:<type>;base64,...`. One multimodal entry is seeded per image, in order.
  */
-import type { JsonObject, RequestContext } from '../pipeline/context';
+import type { JsonObject, MultimodalEntry, RequestContext } from '../pipeline/context';
 import { ConfigError } from '../config/errors';
 import { BadRequestError, CancelledError } from '../pipeline/errors';
 import { ParamReader } from '../pipeline/params';
@@ -73,19 +73,47 @@ export function readReplaceMediaUrlsConfig(params: StepParams): ReplaceMediaUrls
   };
 }
 
+/**
+ * Enough of a URL to tell a `data:` URL and read its header (media type and parameters) without
+ * decoding a multi-megabyte payload that is forwarded untouched anyway.
+ */
+const URL_HEAD_CHARS = 1024;
+
 /** One `image_url` part found in the body, with the object whose `url` may be rewritten. */
 interface ImageRef {
   readonly message: number;
   readonly part: number;
+  /** As parsed: a big URL is a body placeholder; read it through the context. */
   readonly url: string;
   readonly imageUrl: JsonObject;
 }
 
 interface Inlined {
   readonly contentType: string;
-  readonly base64: string;
+  /** The base64 payload, or how to read it when it is wanted (a big inline image). */
+  readonly base64: string | (() => string);
   /** Set when the URL was downloaded and must be rewritten. */
   readonly rewrite: boolean;
+}
+
+/** The entry of one image; a big inline payload is decoded only if something reads it. */
+function imageEntry(index: number, r: Inlined): MultimodalEntry {
+  const entry: MultimodalEntry = { index, contentType: r.contentType };
+  const base64 = r.base64;
+  if (typeof base64 === 'string') {
+    entry.base64Data = base64;
+    return entry;
+  }
+  let value: string | undefined;
+  Object.defineProperty(entry, 'base64Data', {
+    enumerable: true,
+    configurable: true,
+    get: () => (value ??= base64()),
+    set: (v: string | undefined) => {
+      value = v;
+    },
+  });
+  return entry;
 }
 
 /** Image parts in body order; malformed parts are skipped silently, as upstream. */
@@ -125,8 +153,8 @@ class ReplaceMediaUrlsStep implements Step {
     // Only now, with every image in hand, is the body touched: a failure leaves it as it came.
     for (let i = 0; i < refs.length; i++) {
       const r = results[i]!;
-      if (r.rewrite) refs[i]!.imageUrl['url'] = `data:${r.contentType};base64,${r.base64}`;
-      ctx.multimodalEntries.push({ index: ctx.multimodalEntries.length, base64Data: r.base64, contentType: r.contentType });
+      if (r.rewrite && typeof r.base64 === 'string') refs[i]!.imageUrl['url'] = `data:${r.contentType};base64,${r.base64}`;
+      ctx.multimodalEntries.push(imageEntry(ctx.multimodalEntries.length, r));
     }
     ctx.log.debug({ step: REPLACE_MEDIA_URLS_STEP, images: refs.length }, 'complete');
   }
@@ -149,9 +177,10 @@ class ReplaceMediaUrlsStep implements Step {
     for (let i = 0; i < refs.length; i++) {
       if (signal.aborted) break;
       const ref = refs[i]!;
-      if (isDataUri(ref.url)) {
+      const head = ctx.textHead(ref.url, URL_HEAD_CHARS);
+      if (isDataUri(head)) {
         try {
-          results[i] = this.inlineDataUri(ref);
+          results[i] = this.inlineDataUri(ctx, ref, head);
         } catch (err) {
           fail(err);
           break;
@@ -160,13 +189,14 @@ class ReplaceMediaUrlsStep implements Step {
       }
       while (running.size >= this.cfg.maxConcurrentDownloads) await Promise.race(running);
       if (signal.aborted) break;
+      const url = ctx.text(ref.url);
       const task = this.downloader
-        .download(ref.url, signal, ctx.log)
+        .download(url, signal, ctx.log)
         .then(
           (img) => {
             results[i] = { contentType: img.contentType, base64: img.data.toString('base64'), rewrite: true };
           },
-          (err: unknown) => fail(wrapDownloadError(ref.url, err)),
+          (err: unknown) => fail(wrapDownloadError(url, err)),
         )
         .finally(() => running.delete(task));
       running.add(task);
@@ -178,10 +208,13 @@ class ReplaceMediaUrlsStep implements Step {
     return results;
   }
 
-  private inlineDataUri(ref: ImageRef): Inlined {
+  /** `head` is the URL's first {@link URL_HEAD_CHARS} characters; the whole URL is read only when needed. */
+  private inlineDataUri(ctx: RequestContext, ref: ImageRef, head: string): Inlined {
+    const whole = head.length < URL_HEAD_CHARS;
     let parsed;
     try {
-      parsed = parseDataUri(ref.url);
+      // The header ends at the first comma: when the head holds it, the head parses the same.
+      parsed = parseDataUri(whole || head.includes(',') ? head : ctx.text(ref.url));
     } catch (err) {
       throw new BadRequestError(`parsing data URI at message ${ref.message} part ${ref.part}: ${(err as Error).message}`);
     }
@@ -190,7 +223,12 @@ class ReplaceMediaUrlsStep implements Step {
         `data URI content type ${JSON.stringify(parsed.contentType.slice(0, 100))} not allowed at message ${ref.message} part ${ref.part}`,
       );
     }
-    return { contentType: parsed.contentType, base64: parsed.base64, rewrite: false };
+    if (whole) return { contentType: parsed.contentType, base64: parsed.base64, rewrite: false };
+    const base64 = (): string => {
+      const url = ctx.text(ref.url);
+      return url.slice(url.indexOf(',') + 1);
+    };
+    return { contentType: parsed.contentType, base64, rewrite: false };
   }
 }
 

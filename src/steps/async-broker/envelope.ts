@@ -4,6 +4,7 @@
  */
 import { randomBytes } from 'node:crypto';
 import type { JsonObject } from '../../pipeline/context';
+import { PLAIN_BODY_CODEC, concatParts } from '../../pipeline/json-body';
 import { sortedMap } from './go-json';
 
 export interface EnvelopeInput {
@@ -22,6 +23,8 @@ export interface EnvelopeInput {
   /** Allowlisted client headers; the field is omitted when empty. */
   readonly headers: Record<string, string>;
   readonly endpoint: string;
+  /** How `payload` becomes bytes: `RequestContext.serialize` (big strings spliced back); plain JSON by default. */
+  readonly serialize?: (value: unknown) => Buffer[];
 }
 
 /** A fresh generation token: 16 CSPRNG bytes as 32 lower-case hex chars, as the producer mints it. */
@@ -50,11 +53,14 @@ export function buildEnvelope(e: EnvelopeInput): string {
   data['endpoint'] = e.endpoint;
   data['request_queue_name'] = e.queue;
   data['result_queue_name'] = e.resultQueue;
-  return JSON.stringify({
-    internal: { request_token: e.token, request_queue_name: e.queue, result_queue_name: e.resultQueue },
-    request_kind: 'redis',
-    data,
-  });
+  const serialize = e.serialize ?? PLAIN_BODY_CODEC.serialize;
+  return concatParts(
+    serialize({
+      internal: { request_token: e.token, request_queue_name: e.queue, result_queue_name: e.resultQueue },
+      request_kind: 'redis',
+      data,
+    }),
+  ).toString('utf8');
 }
 
 /** `api.ResultMessage` as stored by the AP. */

@@ -108,6 +108,8 @@ export async function admit(input: AdmitInput): Promise<Admission> {
     metadata,
     headers: forwardedHeaders(ctx.headers, cfg.forwardHeaders),
     endpoint: ctx.originalPath,
+    // The queued payload is the client's real body, its big strings spliced back in.
+    serialize: (value) => ctx.serialize(value),
   });
   try {
     await store.submit({ keys, token, ttlMs: d.ttlMs, queue: route.queue, deadline: d.deadline, member, clearMailbox });
