@@ -3,10 +3,10 @@
  * prefill worker, whose answer carries the KV-cache location decode will pull from.
  */
 import type { JsonObject, RequestContext } from '../pipeline/context';
-import { UpstreamError } from '../pipeline/errors';
+import { TransportError, UpstreamError } from '../pipeline/errors';
 import { ParamReader } from '../pipeline/params';
 import type { Step, StepDeps, StepFactory, StepParams } from '../pipeline/step';
-import type { SideCallClient } from '../gateway/client';
+import type { SideCallClient, SideCallResponse } from '../gateway/client';
 import type { KvConnector } from '../connectors/kv';
 import { buildKvConnector } from '../connectors/kv';
 import type { EcConnector } from '../connectors/ec';
@@ -28,16 +28,25 @@ import type { WireFormat } from './wire';
 
 export const PREFILL_STEP = 'prefill';
 
+/** Default extra attempts for a prefill that could not connect or got a 5xx. */
+export const DEFAULT_PREFILL_RETRIES = 1;
+/** More attempts only multiply the wait of a request that is failing anyway. */
+const MAX_PREFILL_RETRIES = 3;
+
 function nonEmpty(o: Record<string, unknown>): boolean {
   for (const _ in o) return true;
   return false;
 }
 
-/** The prefill body in the resolved format. Never mutates the client body. */
+/**
+ * The prefill body in the resolved format. Never mutates the client body. `kv` null leaves
+ * `kv_transfer_params` out entirely (the `prefill-decode` step's connectors carry their transfer
+ * fields at the top level instead).
+ */
 export function buildPrefillBody(
   ctx: RequestContext,
   format: WireFormat,
-  kv: Record<string, unknown>,
+  kv: Record<string, unknown> | null,
   ec: Record<string, unknown>,
 ): JsonObject {
   const features = buildMmFeatures(ctx.multimodalEntries, true);
@@ -49,14 +58,19 @@ export function buildPrefillBody(
       const tokens: JsonObject = { token_ids: ctx.tokenIds };
       if (features) tokens['features'] = { mm_hashes: features.mm_hashes, mm_placeholders: features.mm_placeholders };
       body['tokens'] = tokens;
-      body['kv_transfer_params'] = kv;
+      // Transfer params are ours to set: a client's own would point the worker at a peer of
+      // its choosing.
+      if (kv) body['kv_transfer_params'] = kv;
+      else delete body['kv_transfer_params'];
       if (nonEmpty(ec)) body['ec_transfer_params'] = ec;
+      else delete body['ec_transfer_params'];
       return body;
     }
     case 'completions': {
       // A fresh body: client sampling fields are not carried to prefill (Q4).
       const prompt = ctx.tokenIds && ctx.tokenIds.length > 0 ? ctx.tokenIds : (ctx.body['prompt'] ?? null);
-      const body: JsonObject = { request_id: ctx.requestId, model: ctx.model, prompt, kv_transfer_params: kv };
+      const body: JsonObject = { request_id: ctx.requestId, model: ctx.model, prompt };
+      if (kv) body['kv_transfer_params'] = kv;
       capSingleTokenOutput(body, format);
       if (features) body['features'] = features;
       if (nonEmpty(ec)) body['ec_transfer_params'] = ec;
@@ -66,11 +80,28 @@ export function buildPrefillBody(
       // A fresh body: the client's sampling_params are not carried (Q3); vLLM's generate
       // endpoint reads transfer params only from sampling_params.extra_args.
       const body: JsonObject = { request_id: ctx.requestId, token_ids: ctx.tokenIds, model: ctx.model };
-      setGenerateTransferParams(capSingleTokenOutput(body, format), kv, ec);
+      const sampling = capSingleTokenOutput(body, format);
+      if (kv || nonEmpty(ec)) setGenerateTransferParams(sampling, kv, ec);
+      if (!kv && isJsonObject(sampling['extra_args'])) delete (sampling['extra_args'] as JsonObject)['kv_transfer_params'];
       if (features) body['features'] = features;
       return body;
     }
   }
+}
+
+/** The side-call client refused the request itself (nothing was sent): another attempt fails the same way. */
+const LOCAL_REFUSAL = /UND_ERR_(INVALID_ARG|NOT_SUPPORTED)|response body too large/;
+
+/**
+ * Whether a failed prefill attempt may be sent again through the gateway (so the EPP can pick
+ * another pod): the call never got an answer it could use because the connection failed or was
+ * reset, or the gateway/worker answered 5xx. Never for a 4xx (the client's answer), a timeout (the
+ * budget is spent, and the worker may still be busy with it) or a client that went away.
+ */
+function retryable(outcome: { status: number } | { error: unknown }): boolean {
+  if ('status' in outcome) return outcome.status >= 500;
+  const err = outcome.error;
+  return err instanceof TransportError && !err.timedOut && !LOCAL_REFUSAL.test(err.message);
 }
 
 class PrefillStep implements Step {
@@ -82,6 +113,7 @@ class PrefillStep implements Step {
     private readonly ec: EcConnector,
     private readonly gateway: SideCallClient,
     private readonly headersTimeoutMs: number,
+    private readonly retries: number,
   ) {}
 
   async execute(ctx: RequestContext): Promise<void> {
@@ -89,17 +121,12 @@ class PrefillStep implements Step {
     const ec = this.ec.preparePrefill(ctx);
     const kv = this.kv.preparePrefill(ctx);
     const format = resolveFormat(this.useOpenAIFormat, ctx.originalPath);
-    const body = buildPrefillBody(ctx, format, kv, ec);
+    const body = ctx.serialize(buildPrefillBody(ctx, format, kv, ec));
     const path = pathForFormat(format);
     const headers = gatewayLegHeaders(ctx.forwardedHeaders(), ctx.requestId, 'prefill');
-    ctx.log.debug({ step: PREFILL_STEP, path }, 'sending request');
+    Object.assign(headers, this.kv.prefillHeaders?.(ctx));
 
-    const res = await this.gateway.post(path, headers, JSON.stringify(body), {
-      step: PREFILL_STEP,
-      signal: ctx.signal,
-      headersTimeoutMs: this.headersTimeoutMs,
-      okStatuses: [200],
-    });
+    const res = await this.send(ctx, path, headers, body);
     if (res.status !== 200) throw new UpstreamError(PREFILL_STEP, res.status, res.body.toString('utf8'));
 
     let answer: unknown;
@@ -113,7 +140,38 @@ class PrefillStep implements Step {
       throw new Error(`prefill: decode response: expected an object, got ${jsonTypeName(answer)}`);
     }
     ctx.kvTransferParams = coerceParamsMap(answer?.['kv_transfer_params'], 'kv_transfer_params', ctx.log);
+    // Stamped headers ride on the request Envoy finally forwards, so decode gets them too.
+    for (const [name, value] of Object.entries(this.kv.decodeHeaders?.(ctx) ?? {})) ctx.stampHeader(name, value);
     ctx.log.debug({ step: PREFILL_STEP }, 'complete');
+  }
+
+  /**
+   * The prefill call, sent again (at most `retries` times) after a connect failure, a reset or a
+   * 5xx. Decode has not started while this runs (it is the request Envoy forwards once the pipeline
+   * is done), so a retry can never replay work a decode worker already began.
+   */
+  private async send(ctx: RequestContext, path: string, headers: Record<string, string>, body: Buffer[]): Promise<SideCallResponse> {
+    for (let attempt = 0; ; attempt++) {
+      let res: SideCallResponse;
+      try {
+        res = await this.gateway.post(path, headers, body, {
+          step: PREFILL_STEP,
+          signal: ctx.signal,
+          headersTimeoutMs: this.headersTimeoutMs,
+          // gateway.timeout bounds the wait for headers (as upstream); a body trickled after them
+          // must not hold the request forever either.
+          totalTimeoutMs: this.headersTimeoutMs > 0 ? 2 * this.headersTimeoutMs : 0,
+          okStatuses: [200],
+        });
+      } catch (error) {
+        if (attempt >= this.retries || ctx.signal.aborted || !retryable({ error })) throw error;
+        ctx.log.warn({ step: PREFILL_STEP, attempt: attempt + 1, err: (error as Error).message }, 'prefill failed; retrying through the gateway');
+        continue;
+      }
+      if (res.status === 200 || attempt >= this.retries || ctx.signal.aborted || !retryable(res)) return res;
+      ctx.log.warn({ step: PREFILL_STEP, attempt: attempt + 1, status: res.status }, 'prefill failed; retrying through the gateway');
+      if (ctx.log.isLevelEnabled('debug')) ctx.log.debug({ step: PREFILL_STEP, upstream_body: res.body.toString('utf8') }, 'failed prefill attempt body (not returned to the client)');
+    }
   }
 }
 
@@ -121,7 +179,11 @@ export const createPrefillStep: StepFactory = (params: StepParams, deps: StepDep
   const gateway = requireGateway(PREFILL_STEP, deps);
   const p = new ParamReader(PREFILL_STEP, params);
   const useOpenAIFormat = p.bool('use_openai_format', true);
-  const kv = buildKvConnector(p.string('kv_connector', ''), PREFILL_STEP);
+  const kv = buildKvConnector(p.string('kv_connector', ''), PREFILL_STEP, {
+    dpSize: p.int('dp_size', 1, { min: 1 }),
+    connectorParams: params['kv_connector_params'],
+  });
   const ec = buildEcConnector(p.string('ec_connector', ''), PREFILL_STEP);
-  return new PrefillStep(useOpenAIFormat, kv, ec, gateway, deps.gatewayTimeoutMs);
+  const retries = p.int('retries', DEFAULT_PREFILL_RETRIES, { min: 0, max: MAX_PREFILL_RETRIES });
+  return new PrefillStep(useOpenAIFormat, kv, ec, gateway, deps.gatewayTimeoutMs, retries);
 };

@@ -16,6 +16,13 @@ export interface KvConnector {
   preparePrefill(ctx: RequestContext): Record<string, unknown>;
   /** Params for the decode request, usually derived from the prefill response (`ctx.kvTransferParams`). */
   prepareDecode(ctx: RequestContext): Record<string, unknown>;
+  /**
+   * Extra headers for the prefill leg (kv-nixl with `dp_size` > 1: `x-data-parallel-rank`).
+   * Absent or empty for connectors that route by body only.
+   */
+  prefillHeaders?(ctx: RequestContext): Record<string, string>;
+  /** Extra headers for the decode request, read after prefill stored its answer. */
+  decodeHeaders?(ctx: RequestContext): Record<string, string>;
 }
 
 /**
