@@ -1,8 +1,6 @@
 /**
  * Size, count and time bounds (issue #8). docs/hardening.md lists every bound with the test that
- * proves it; the ones proven here are those no other suite covers. Two `it.failing` tests pin
- * known gaps between Envoy's limits and the workers' (see docs/hardening.md); they start failing
- * (and should then become plain tests) once the Envoy bootstrap closes them.
+ * proves it; the ones proven here are those no other suite covers.
  */
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
@@ -81,12 +79,10 @@ describe.each(['full_duplex', 'buffered'] as const)('request bounds through Envo
     for (const sim of Object.values(stack.sims)) expect(sim.requests).toHaveLength(0);
   });
 
-  // Known gap: 91 client headers pass Envoy's 100-header limit and every side call, but with the
-  // headers the coordinator sets on the final request (epp-profile, x-request-id, content-type)
-  // Envoy refuses its own mutation with a bare 500 (header_mutation_result_exceeds_limit). Fix: a
-  // lower max_headers_count on the public listener (about 85), leaving room for the coordinator's
-  // and the gateway's own headers. (92 and more already end as a 431 from the gateway listener.)
-  it.failing('91 client headers: a 4xx, not a 500', async () => {
+  // With Envoy's default limit of 100, 91 client headers passed and then the coordinator's own
+  // headers on the final request pushed Envoy's mutation over it: a bare 500
+  // (header_mutation_result_exceeds_limit). The public listener now allows 85, leaving room.
+  it('91 client headers: a 4xx, not a 500', async () => {
     const many = Object.fromEntries(Array.from({ length: 91 }, (_, i) => [`x-h${i}`, 'v']));
     const res = await client.post('/v1/completions', PLAIN, { headers: many });
     expect(res.status).toBeLessThan(500);

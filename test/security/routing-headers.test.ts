@@ -68,12 +68,10 @@ describe.each(['full_duplex', 'buffered'] as const)('client routing headers (%s)
     expect(seen.headers).not.toHaveProperty('x-gateway-destination-endpoint');
   });
 
-  // Known gap (see docs/hardening.md): the public listener strips only epp-profile and
-  // x-gateway-destination-endpoint. The EPP also reads `x-llm-d-pin-host-port` (pins a prefill
-  // pod) and `prefer: reserve-endpoint` (answers with a pod address); a client's reach the prefill
-  // leg as sent. Fix: strip them in the envoy/ strip-routing-headers filter (the coordinator sets
-  // its own where it needs them).
-  it.failing('client pin / reserve headers never reach a worker as sent', async () => {
+  // The EPP also reads `x-llm-d-pin-host-port` (pins a prefill pod) and `prefer`
+  // (if-available, reserve-endpoint: answers with a pod address); the envoy/ strip-routing-headers
+  // filter removes a client's, and the coordinator sets its own where it needs them.
+  it('client pin / reserve headers never reach a worker as sent', async () => {
     const res = await client.post('/v1/chat/completions', chat, { headers: { 'x-llm-d-pin-host-port': '10.9.9.9:8000', prefer: 'reserve-endpoint' } });
     expect(res.status).toBe(200);
     for (const leg of [...stack.sims.prefill.requests, ...stack.sims.decode.requests]) {
