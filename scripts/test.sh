@@ -1,8 +1,13 @@
 #!/usr/bin/env bash
-# `npm test`: installs what the suite needs (node modules, Envoy, Redis), type-checks, runs every test.
-# Extra arguments go to jest (e.g. `npm test -- test/unit`).
+# `npm test`: installs what the suite needs (node modules, Envoy, Redis, and Envoy Gateway's egctl
+# when Go is present), type-checks, runs every test. Extra arguments go to jest (`npm test -- test/unit`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/ensure-deps.sh
+# egctl translates config/k8s as Envoy Gateway would (test/unit/manifests). Optional: without Go, or
+# if the build fails, those tests skip and say why. Go's build cache makes later runs take seconds.
+if command -v go >/dev/null 2>&1; then
+  bash config/k8s/verify-egctl.sh --install-only || echo "[deps] egctl unavailable; its manifest tests will skip" >&2
+fi
 npx tsc -p tsconfig.json --noEmit
 exec npx jest --ci "$@"
