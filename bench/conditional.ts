@@ -17,9 +17,9 @@ import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { Agent, request } from 'undici';
 import { REPO_ROOT, type EnvoyBodyMode } from '../scripts/envoy-bootstrap';
-import { startLocalStack, type LocalStackPorts } from '../scripts/local-stack';
+import { freeStackPorts, startLocalStack } from '../scripts/local-stack';
 import { ensureEnvoy } from '../test/support/envoy';
-import { freePort, sleep } from '../test/support/ports';
+import { sleep } from '../test/support/ports';
 import { machineDescription, round3, summarize, type Summary } from './stats';
 
 type Path = 'hit' | 'miss';
@@ -136,18 +136,6 @@ class Runner {
   }
 }
 
-async function freePorts(): Promise<LocalStackPorts> {
-  const names = ['public', 'gateway', 'admin', 'extProc', 'render', 'encode', 'prefill', 'decode'] as const;
-  const ports: Partial<Record<(typeof names)[number], number>> = {};
-  const taken = new Set<number>();
-  for (const n of names) {
-    let p = await freePort();
-    while (taken.has(p)) p = await freePort();
-    taken.add(p);
-    ports[n] = p;
-  }
-  return ports as LocalStackPorts;
-}
 
 /** path_taken per request id, from Envoy's JSON access log (public listener lines). */
 function pathsTaken(accessLogPath: string): Map<string, string> {
@@ -175,7 +163,7 @@ async function main(): Promise<void> {
 
   const stack = await startLocalStack({
     dir,
-    ports: await freePorts(),
+    ports: await freeStackPorts(),
     bodyMode: args.bodyMode,
     kvConnector: 'kv-shared-storage',
     conditionalDecode: true,

@@ -15,10 +15,9 @@
 import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { REPO_ROOT, type EnvoyBodyMode } from '../scripts/envoy-bootstrap';
-import { startLocalStack, type LocalStackPorts } from '../scripts/local-stack';
+import { freeStackPorts, startLocalStack } from '../scripts/local-stack';
 import { TestClient } from '../test/support/client';
 import { ensureEnvoy } from '../test/support/envoy';
-import { freePort } from '../test/support/ports';
 import { machineDescription, round3, summarize } from './stats';
 
 const MB = 1_000_000;
@@ -86,18 +85,6 @@ function procStatusKb(pid: number, field: 'VmRSS' | 'VmHWM'): number {
   return Number(m[1]);
 }
 
-async function freePorts(): Promise<LocalStackPorts> {
-  const names = ['public', 'gateway', 'admin', 'extProc', 'render', 'encode', 'prefill', 'decode'] as const;
-  const ports: Partial<Record<(typeof names)[number], number>> = {};
-  const taken = new Set<number>();
-  for (const n of names) {
-    let p = await freePort();
-    while (taken.has(p)) p = await freePort();
-    taken.add(p);
-    ports[n] = p;
-  }
-  return ports as LocalStackPorts;
-}
 
 async function main(): Promise<void> {
   const args = parseArgs(process.argv.slice(2));
@@ -106,7 +93,7 @@ async function main(): Promise<void> {
   rmSync(dir, { recursive: true, force: true });
   mkdirSync(dir, { recursive: true });
   ensureEnvoy();
-  const stack = await startLocalStack({ dir, ports: await freePorts(), bodyMode: args.bodyMode, kvConnector: 'kv-shared-storage', say });
+  const stack = await startLocalStack({ dir, ports: await freeStackPorts(), bodyMode: args.bodyMode, kvConnector: 'kv-shared-storage', say });
   const service = new TestClient(stack.publicUrl);
   const direct = new TestClient(stack.gatewayUrl);
   const pid = stack.pids.find((p) => p.name === 'epd-coordinator')!.pid;

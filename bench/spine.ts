@@ -10,10 +10,9 @@
 import { mkdirSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { REPO_ROOT, type EnvoyBodyMode } from '../scripts/envoy-bootstrap';
-import { startLocalStack, type LocalStackPorts } from '../scripts/local-stack';
+import { freeStackPorts, startLocalStack } from '../scripts/local-stack';
 import { at, TestClient } from '../test/support/client';
 import { ensureEnvoy } from '../test/support/envoy';
-import { freePort } from '../test/support/ports';
 import { machineDescription, round3, summarize, type Summary } from './stats';
 
 type Setup = 'direct' | 'service';
@@ -114,18 +113,6 @@ class Runner {
   }
 }
 
-async function freePorts(): Promise<LocalStackPorts> {
-  const names = ['public', 'gateway', 'admin', 'extProc', 'render', 'encode', 'prefill', 'decode'] as const;
-  const ports: Partial<Record<(typeof names)[number], number>> = {};
-  const taken = new Set<number>();
-  for (const n of names) {
-    let p = await freePort();
-    while (taken.has(p)) p = await freePort();
-    taken.add(p);
-    ports[n] = p;
-  }
-  return ports as LocalStackPorts;
-}
 
 async function main(): Promise<void> {
   const args = parseArgs(process.argv.slice(2));
@@ -138,7 +125,7 @@ async function main(): Promise<void> {
 
   const stack = await startLocalStack({
     dir,
-    ports: await freePorts(),
+    ports: await freeStackPorts(),
     bodyMode: args.bodyMode,
     kvConnector: 'kv-shared-storage',
     say,

@@ -7,7 +7,7 @@ import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import yaml from 'js-yaml';
 import { startEnvoy, type EnvoyHandle } from '../test/support/envoy';
-import { canBind } from '../test/support/ports';
+import { canBind, freePort } from '../test/support/ports';
 import { REPO_ROOT, type EnvoyBodyMode } from './envoy-bootstrap';
 import { startChild, stopAll, type Child } from './supervise';
 
@@ -75,6 +75,20 @@ export interface LocalStack {
   readonly firstExit: Promise<string>;
   /** Stops Envoy, then the coordinator, then the simulators, each by PID. */
   stop(): Promise<void>;
+}
+
+/** A distinct free loopback port for every role (no Redis: benchmarks run without the async broker). */
+export async function freeStackPorts(): Promise<LocalStackPorts> {
+  const names = ['public', 'gateway', 'admin', 'extProc', 'render', 'encode', 'prefill', 'decode'] as const;
+  const ports: Partial<Record<(typeof names)[number], number>> = {};
+  const taken = new Set<number>();
+  for (const n of names) {
+    let p = await freePort();
+    while (taken.has(p)) p = await freePort();
+    taken.add(p);
+    ports[n] = p;
+  }
+  return ports as LocalStackPorts;
 }
 
 export class PortsBusyError extends Error {

@@ -14,34 +14,13 @@ import {
   HEADER_EPP_PROFILE,
   HEADER_REQUEST_ID,
   buildMmFeatures,
+  injectImageUuids,
   isJsonObject,
   resolveFormat,
   setGenerateTransferParams,
 } from './wire';
 
 export const DECODE_STEP = 'decode';
-
-/**
- * Tags the k-th `image_url` part with the k-th entry's hash, so the decode worker can find the
- * encoder output by hash. Overwrites a client `uuid` (upstream does too).
- */
-function injectImageUuids(ctx: RequestContext): void {
-  const messages = ctx.body['messages'];
-  const entries = ctx.multimodalEntries;
-  if (!Array.isArray(messages) || entries.length === 0) return;
-  let k = 0;
-  for (const msg of messages) {
-    if (!isJsonObject(msg)) continue;
-    const content = msg['content'];
-    if (!Array.isArray(content)) continue;
-    for (const part of content) {
-      if (!isJsonObject(part) || part['type'] !== 'image_url') continue;
-      if (k >= entries.length) return;
-      part['uuid'] = entries[k]!.hash ?? '';
-      k++;
-    }
-  }
-}
 
 class DecodeStep implements Step {
   readonly type = DECODE_STEP;

@@ -28,7 +28,7 @@ import {
   HEADER_REQUEST_ID,
   buildMmFeatures,
   gatewayLegHeaders,
-  isJsonObject,
+  injectImageUuids,
   pathForFormat,
   resolveFormat,
 } from './wire';
@@ -70,23 +70,6 @@ export function parseReservedEndpoint(value: string): { host: string; port: numb
   const port = Number(portText);
   if (port < 1 || port > 65535) return null;
   return { host, port };
-}
-
-/** Tags the k-th `image_url` part with the k-th entry's hash, as the decode step does (§3.6). */
-function injectImageUuids(ctx: RequestContext): void {
-  const messages = ctx.body['messages'];
-  const entries = ctx.multimodalEntries;
-  if (!Array.isArray(messages) || entries.length === 0) return;
-  let k = 0;
-  for (const msg of messages) {
-    if (!isJsonObject(msg) || !Array.isArray(msg['content'])) continue;
-    for (const part of msg['content'] as unknown[]) {
-      if (!isJsonObject(part) || part['type'] !== 'image_url') continue;
-      if (k >= entries.length) return;
-      part['uuid'] = entries[k]!.hash ?? '';
-      k++;
-    }
-  }
 }
 
 class PrefillDecodeStep implements Step {

@@ -8,3 +8,4 @@ export * from './token-ids';
 export * from './generate-input';
 export * from './render-response';
 export * from './headers';
+export * from './image-uuids';

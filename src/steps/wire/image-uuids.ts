@@ -1,0 +1,24 @@
+import type { RequestContext } from '../../pipeline/context';
+import { isJsonObject } from './json';
+
+/**
+ * Tags the k-th `image_url` part of the decode body with the k-th entry's hash, so the decode worker
+ * can find the encoder output by hash (reference §3.6). Overwrites a client `uuid`, as upstream does.
+ */
+export function injectImageUuids(ctx: RequestContext): void {
+  const messages = ctx.body['messages'];
+  const entries = ctx.multimodalEntries;
+  if (!Array.isArray(messages) || entries.length === 0) return;
+  let k = 0;
+  for (const msg of messages) {
+    if (!isJsonObject(msg)) continue;
+    const content = msg['content'];
+    if (!Array.isArray(content)) continue;
+    for (const part of content) {
+      if (!isJsonObject(part) || part['type'] !== 'image_url') continue;
+      if (k >= entries.length) return;
+      part['uuid'] = entries[k]!.hash ?? '';
+      k++;
+    }
+  }
+}
