@@ -42,6 +42,8 @@ export interface StackOptions {
   /** Service log level (upstream verbosity 1-5); the log goes to `<dir>/service.log`. Default 2. */
   readonly logLevel?: number;
   readonly envoyLogLevel?: string;
+  /** A whole coordinator config document instead of {@link stackConfigDoc} (given the addresses). */
+  readonly configDoc?: (urls: { gateway: string; render: string }) => Record<string, unknown>;
 }
 
 export interface Stack {
@@ -116,7 +118,8 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
     let config: AppConfig | undefined;
     for (let attempt = 1; ; attempt++) {
       const gatewayPort = await freePort();
-      config = parseConfig(stackConfigDoc(opts, { gateway: `http://127.0.0.1:${gatewayPort}`, render: s.render.url }), {});
+      const urls = { gateway: `http://127.0.0.1:${gatewayPort}`, render: s.render.url };
+      config = parseConfig(opts.configDoc ? opts.configDoc(urls) : stackConfigDoc(opts, urls), {});
       service = await startService(config, { log });
       try {
         envoy = await startEnvoy({
