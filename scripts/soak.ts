@@ -6,7 +6,7 @@
  * (its own process, so its memory is measured alone) and Envoy. The run first measures the peak
  * (closed loop, rising concurrency), then drives an open-loop rate of half of it.
  */
-import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import yaml from 'js-yaml';
 import { REPO_ROOT, type EnvoyBodyMode } from './envoy-bootstrap';
@@ -24,10 +24,13 @@ interface Args {
   rate: number;
 }
 
+/** Marks "no --out given": the report then goes to the run's own directory. */
+const DEFAULT_OUT = '';
+
 const USAGE = `usage: npm run soak -- [--minutes N (10)] [--rate RPS (0 = half of the measured peak)] [--buffered] [--out FILE]`;
 
 function parseArgs(argv: string[]): Args {
-  const args: Args = { minutes: 10, bodyMode: 'full_duplex', out: join(REPO_ROOT, '.cache', 'soak', 'report.json'), rate: 0 };
+  const args: Args = { minutes: 10, bodyMode: 'full_duplex', out: DEFAULT_OUT, rate: 0 };
   for (let i = 0; i < argv.length; i++) {
     const a = argv[i]!;
     const num = (max: number): number => {
@@ -132,9 +135,10 @@ async function throughput(client: TestClient, concurrency: number, ms: number, s
 
 async function main(): Promise<void> {
   const args = parseArgs(process.argv.slice(2));
-  const dir = join(REPO_ROOT, '.cache', 'soak');
-  rmSync(dir, { recursive: true, force: true });
+  // One directory per run: two soaks (or a soak and a bench) never share or delete each other's files.
+  const dir = join(REPO_ROOT, '.cache', 'soak', `run-${new Date().toISOString().replace(/[:.]/g, '-')}-${process.pid}`);
   mkdirSync(dir, { recursive: true });
+  if (args.out === DEFAULT_OUT) args.out = join(dir, 'report.json');
   const sims: Simulator[] = [];
   let service: Child | undefined;
   let envoy: EnvoyHandle | undefined;

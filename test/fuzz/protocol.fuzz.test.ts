@@ -166,6 +166,7 @@ describe('ext_proc protocol fuzzing against the real service', () => {
   let sim: Simulator;
   let service: RunningService;
   let client: EnvoyClient;
+  let streamsOnClient = 0;
   const rejections: unknown[] = [];
   const onRejection = (r: unknown): void => void rejections.push(r);
 
@@ -210,6 +211,14 @@ describe('ext_proc protocol fuzzing against the real service', () => {
         await fc.assert(
           fc.asyncProperty(script, async (sc) => {
             sim.clear();
+            // A fresh HTTP/2 session now and then: nghttp2 closes a session after about 1000 client
+            // resets at more than 33/s (rapid-reset protection), a known issue pinned in
+            // test/faults/grpc-cancel-race.test.ts, which would only be measured again here.
+            if (++streamsOnClient >= 400) {
+              client.close();
+              client = new EnvoyClient(service.grpcPort);
+              streamsOnClient = 0;
+            }
             const s = client.open();
             const halfClose = play(s, sc);
             if (halfClose) s.end();
@@ -217,9 +226,7 @@ describe('ext_proc protocol fuzzing against the real service', () => {
             const status: StatusObject = await withDeadline(s.status, 5_000, 'status');
             for (const m of messages) expect(RESPONSES.has(m.response)).toBe(true);
             // OK after our half-close; CANCELLED (client side) after our reset.
-            const ended = { code: status.code, details: status.details };
-            expect(ended).toEqual(halfClose ? { code: 0, details: expect.any(String) } : { code: expect.any(Number), details: expect.any(String) });
-            if (!halfClose) expect({ ended, ok: [0, 1].includes(status.code) }).toEqual({ ended, ok: true });
+            expect(`${status.code} ${status.details}`).toMatch(halfClose ? /^0 / : /^[01] /);
             // At most one immediate response, and it is the last message.
             const immediate = messages.findIndex((m) => m.response === 'immediate_response');
             if (immediate >= 0) {
