@@ -16,27 +16,32 @@ import { silentLogger } from '../../src/observability/logger';
 import { startService, type RunningService } from '../../src/service';
 import { EnvoyClient } from '../protocol/envoy-client';
 
-describe('a Process stream reset right after it opened', () => {
-  let sim: Simulator;
-  let service: RunningService;
-  let client: EnvoyClient;
+/** A real service (prefill -> decode against a simulator) and an Envoy-like client, per describe block. */
+function serviceWithClient(): { readonly service: RunningService; readonly client: EnvoyClient } {
+  let sim: Simulator | undefined;
+  const handles = {} as { service: RunningService; client: EnvoyClient };
   beforeAll(async () => {
     sim = await startSimulator({ name: 'sim-any', role: 'any' });
-    service = await startService(
+    handles.service = await startService(
       parseConfig({ server: { listen_addr: '127.0.0.1:0', metrics_addr: '127.0.0.1:0' }, gateway: { address: sim.url }, pipeline: { steps: [{ type: 'prefill' }, { type: 'decode' }] } }, {}),
       { log: silentLogger() },
     );
-    client = new EnvoyClient(service.grpcPort);
+    handles.client = new EnvoyClient(handles.service.grpcPort);
   });
   afterAll(async () => {
-    client?.close();
-    await service?.close(200);
+    handles.client?.close();
+    await handles.service?.close(200);
     await sim?.close();
   });
+  return handles;
+}
+
+describe('a Process stream reset right after it opened', () => {
+  const svc = serviceWithClient();
 
   it.failing('is released by the service (in-flight count back to 0)', async () => {
     for (let i = 0; i < 400; i++) {
-      const s = client.open();
+      const s = svc.client.open();
       s.sendHeaders([[':method', 'POST'], [':path', '/v1/completions']], { requestBodyMode: 'FULL_DUPLEX_STREAMED' });
       s.sendBody(Buffer.from('{"model":"m",'), false);
       for (let k = 0; k < i % 7; k++) await new Promise((r) => setImmediate(r));
@@ -44,8 +49,8 @@ describe('a Process stream reset right after it opened', () => {
       await s.rest();
       await s.status;
     }
-    for (let i = 0; i < 100 && service.activeStreams() > 0; i++) await new Promise((r) => setTimeout(r, 20));
-    expect(service.activeStreams()).toBe(0);
+    for (let i = 0; i < 100 && svc.service.activeStreams() > 0; i++) await new Promise((r) => setTimeout(r, 20));
+    expect(svc.service.activeStreams()).toBe(0);
   });
 });
 
@@ -61,26 +66,11 @@ describe('a Process stream reset right after it opened', () => {
  * many resets. Marked failing until one of those is in place.
  */
 describe('many client resets on one HTTP/2 session', () => {
-  let sim: Simulator;
-  let service: RunningService;
-  let client: EnvoyClient;
-  beforeAll(async () => {
-    sim = await startSimulator({ name: 'sim-any', role: 'any' });
-    service = await startService(
-      parseConfig({ server: { listen_addr: '127.0.0.1:0', metrics_addr: '127.0.0.1:0' }, gateway: { address: sim.url }, pipeline: { steps: [{ type: 'prefill' }, { type: 'decode' }] } }, {}),
-      { log: silentLogger() },
-    );
-    client = new EnvoyClient(service.grpcPort);
-  });
-  afterAll(async () => {
-    client?.close();
-    await service?.close(200);
-    await sim?.close();
-  });
+  const svc = serviceWithClient();
 
   it.failing('do not break the session other streams are using', async () => {
     for (let i = 0; i < 1500; i++) {
-      const s = client.open();
+      const s = svc.client.open();
       s.sendHeaders([[':method', 'GET'], [':path', '/x']], { requestBodyMode: 'FULL_DUPLEX_STREAMED' });
       const first = await s.nextOrEnd();
       expect(first?.response).toBe('request_headers');

@@ -193,6 +193,7 @@ describe('config/k8s files', () => {
 
   const kubectl = spawnSync('kubectl', ['version', '--client'], { encoding: 'utf8' });
   const kustomizeTitle = 'kubectl kustomize renders the same objects';
+  // Skipped only where kubectl is not installed (the machines here have none); the title says so.
   (kubectl.status === 0 ? test : test.skip)(kubectl.status === 0 ? kustomizeTitle : `${kustomizeTitle} (skipped: kubectl not on PATH)`, () => {
     const out = spawnSync('kubectl', ['kustomize', K8S_DIR], { encoding: 'utf8', timeout: 20_000 });
     expect({ status: out.status, stderr: out.status === 0 ? '' : out.stderr }).toEqual({ status: 0, stderr: '' });
@@ -202,6 +203,7 @@ describe('config/k8s files', () => {
 });
 
 const crdTitle = 'custom resources against the CRD schemas';
+// Skipped only outside the workplace layout (no ../shared/crds beside the clone); CI has it. The title says so.
 (sharedCrdsPresent ? describe : describe.skip)(sharedCrdsPresent ? crdTitle : `${crdTitle} (skipped: ${SHARED_CRDS_DIR} is absent)`, () => {
   const cat = catalog!;
 
