@@ -1,5 +1,6 @@
 import { Pool } from 'undici';
 import type { Dispatcher } from 'undici';
+import { deadline } from '../pipeline/deadline';
 import { CancelledError, TransportError, UPSTREAM_ERROR_BODY_CAP } from '../pipeline/errors';
 
 /** A success body larger than this is refused: no side-call answer we read is legitimately bigger. */
@@ -104,7 +105,7 @@ function flattenHeaders(raw: Record<string, string | string[] | undefined>): Rec
   return out;
 }
 
-async function readCapped(body: Dispatcher.ResponseData['body'], cap: number, step: string): Promise<{ buf: Buffer; over: boolean }> {
+async function readCapped(body: Dispatcher.ResponseData['body'], cap: number): Promise<{ buf: Buffer; over: boolean }> {
   const parts: Buffer[] = [];
   let size = 0;
   for await (const chunk of body) {
@@ -118,7 +119,6 @@ async function readCapped(body: Dispatcher.ResponseData['body'], cap: number, st
     parts.push(b);
     size += b.length;
   }
-  void step;
   return { buf: parts.length === 1 ? parts[0]! : Buffer.concat(parts, size), over: false };
 }
 
@@ -160,9 +160,8 @@ export class PooledSideCallClient implements SideCallClient {
         headers = { ...headers, 'content-length': String(length) };
       }
     }
-    const signals: AbortSignal[] = [opts.signal];
-    if (opts.totalTimeoutMs && opts.totalTimeoutMs > 0) signals.push(AbortSignal.timeout(opts.totalTimeoutMs));
-    const signal = signals.length === 1 ? opts.signal : AbortSignal.any(signals);
+    const bound = opts.totalTimeoutMs && opts.totalTimeoutMs > 0 ? deadline(opts.signal, opts.totalTimeoutMs) : undefined;
+    const signal = bound?.signal ?? opts.signal;
     try {
       const res = await this.pool.request({
         method: 'POST',
@@ -174,8 +173,9 @@ export class PooledSideCallClient implements SideCallClient {
         headersTimeout: opts.headersTimeoutMs && opts.headersTimeoutMs > 0 ? opts.headersTimeoutMs : 0,
         bodyTimeout: 0,
       });
-      return { res, signal };
+      return { res, signal, release: () => bound?.dispose() };
     } catch (err) {
+      bound?.dispose();
       throw this.transportError(err, opts, signal);
     }
   }
@@ -206,15 +206,17 @@ export class PooledSideCallClient implements SideCallClient {
   }
 
   private async postUnobserved(path: string, headers: Record<string, string>, body: SideCallBody, opts: SideCallOptions): Promise<SideCallResponse> {
-    const { res, signal } = await this.dispatch(path, headers, body, opts);
+    const { res, signal, release } = await this.dispatch(path, headers, body, opts);
     const ok = (opts.okStatuses ?? [200]).includes(res.statusCode);
     try {
-      const { buf, over } = await readCapped(res.body, ok ? MAX_SIDE_CALL_RESPONSE_BYTES : UPSTREAM_ERROR_BODY_CAP, opts.step);
+      const { buf, over } = await readCapped(res.body, ok ? MAX_SIDE_CALL_RESPONSE_BYTES : UPSTREAM_ERROR_BODY_CAP);
       if (ok && over) throw new TransportError(opts.step, 'response body too large');
       return { status: res.statusCode, headers: flattenHeaders(res.headers), body: buf };
     } catch (err) {
       if (err instanceof TransportError) throw err;
       throw this.transportError(err, opts, signal);
+    } finally {
+      release();
     }
   }
 
@@ -226,14 +228,17 @@ export class PooledSideCallClient implements SideCallClient {
   ): Promise<StreamingSideCallResponse> {
     const observation = this.observe(path, headers, opts);
     let res: Dispatcher.ResponseData;
+    let release: () => void;
     try {
-      ({ res } = await this.dispatch(path, observation?.headers ?? headers, body, opts));
+      ({ res, release } = await this.dispatch(path, observation?.headers ?? headers, body, opts));
     } catch (err) {
       observation?.ended(outcomeOf(err));
       throw err;
     }
     observation?.ended(res.statusCode);
     const stream = res.body;
+    // The total bound covers the streamed body too: it stays armed until the stream is done.
+    stream.once('close', release);
     return {
       status: res.statusCode,
       headers: flattenHeaders(res.headers),

@@ -14,6 +14,7 @@ import type { Readable } from 'node:stream';
 import { createGunzip } from 'node:zlib';
 import { Client } from 'undici';
 import type { Logger } from 'pino';
+import { deadline } from '../../pipeline/deadline';
 import { BadRequestError, CancelledError, UPSTREAM_ERROR_BODY_CAP } from '../../pipeline/errors';
 import type { AddressGuard } from './address-guard';
 import type { DomainAllowlist } from './domain-allowlist';
@@ -88,16 +89,17 @@ export class MediaDownloader {
    * download ends with a {@link CancelledError}; the download's own timeout is added here.
    */
   async download(rawUrl: string, signal: AbortSignal, log: Logger): Promise<DownloadedImage> {
-    const timeout = AbortSignal.timeout(this.opts.timeoutMs);
-    const all = AbortSignal.any([signal, timeout]);
+    const bound = deadline(signal, this.opts.timeoutMs);
     try {
-      return await this.follow(rawUrl, all, log);
+      return await this.follow(rawUrl, bound.signal, log);
     } catch (err) {
       if (signal.aborted) throw new CancelledError();
       if (err instanceof BadRequestError || err instanceof MediaDownloadError) throw err;
-      if (timeout.aborted) throw new MediaDownloadError(`timed out after ${this.opts.timeoutMs} ms`);
+      if (bound.timedOut) throw new MediaDownloadError(`timed out after ${this.opts.timeoutMs} ms`);
       const e = err as { code?: string; message?: string };
       throw new MediaDownloadError(`request failed: ${e.code ?? e.message ?? 'unknown error'}`);
+    } finally {
+      bound.dispose();
     }
   }
 
