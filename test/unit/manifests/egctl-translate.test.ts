@@ -122,11 +122,13 @@ const title = haveEgctl ? 'Envoy Gateway translation of config/k8s' : 'Envoy Gat
     expect(extProcFilters(hcmOf(INTERNAL_GATEWAY))).toEqual([]);
   });
 
-  test('the coordinator cluster: HTTP/2 with large windows, raised circuit breakers, gRPC health checks, the Service\'s address', () => {
+  test('the coordinator cluster: HTTP/2 with large windows, at most 500 streams per connection, raised circuit breakers, gRPC health checks, the Service\'s address', () => {
     const cluster = clustersOf(dumpOf(PUBLIC_GATEWAY)).find((c) => String(c['name']).startsWith('envoyextensionpolicy/'))!;
     expect(cluster).toBeDefined();
     const opts = (cluster['typedExtensionProtocolOptions'] as Json)['envoy.extensions.upstreams.http.v3.HttpProtocolOptions'] as Json;
     expect((opts['explicitHttpConfig'] as Json)['http2ProtocolOptions']).toEqual({ initialStreamWindowSize: 4 * 1024 * 1024, initialConnectionWindowSize: 16 * 1024 * 1024 });
+    // Drained before Node's nghttp2 rapid-reset guard (about 1000 resets) can end a session.
+    expect((opts['commonHttpProtocolOptions'] as Json)['maxRequestsPerConnection']).toBe(500);
     expect((cluster['circuitBreakers'] as { thresholds: Json[] }).thresholds[0]).toMatchObject({ maxConnections: 20000, maxPendingRequests: 20000, maxRequests: 20000 });
     expect((cluster['healthChecks'] as Json[])[0]).toMatchObject({ grpcHealthCheck: { serviceName: 'envoy.service.ext_proc.v3.ExternalProcessor' } });
     const boot = staticBootstrap(dumpOf(PUBLIC_GATEWAY));
