@@ -160,6 +160,8 @@ export async function startService(config: AppConfig, opts: ServiceOptions = {})
       fallbackBodyMode: config.server.bodyMode === 'buffered' ? 'buffered' : 'full_duplex',
       streamObserver: metrics?.streams,
       streamedResponses: config.server.streamedResponses,
+      streamIdleTimeoutMs: config.server.streamIdleTimeoutMs,
+      maxRequestHeaders: config.server.maxRequestHeaders,
       log,
     });
     cleanups.push(async () => server.forceShutdown());

@@ -22,6 +22,10 @@ export interface AppConfig {
     /** `host:port` of the Prometheus listener; `null` = disabled. */
     readonly metricsAddr: ListenAddress | null;
     readonly streamedResponses: boolean;
+    /** `server.stream_idle_timeout` in ms; 0 = off. */
+    readonly streamIdleTimeoutMs: number;
+    /** `server.max_request_headers`: Envoy's header-count limit; 0 = no check. */
+    readonly maxRequestHeaders: number;
     /** TLS on the gRPC listener; `null` = plaintext h2c. */
     readonly tls: TlsFiles | null;
   };
@@ -208,6 +212,13 @@ export function parseConfig(doc: unknown, env: NodeJS.ProcessEnv = process.env):
 
   const bodyMb = get<number>('server.max_request_body_size') || 64;
   if (bodyMb * MIB > 1024 * MIB) throw new ConfigError('server.max_request_body_size', 'at most 1024 (MiB)', bodyMb);
+  const streamIdleMs = get<number>('server.stream_idle_timeout');
+  // Shorter would cut the gap between Envoy's own messages under load; longer overflows a timer.
+  if (streamIdleMs !== 0 && (streamIdleMs < 100 || streamIdleMs > 86_400_000)) {
+    throw new ConfigError('server.stream_idle_timeout', '0 (off) or a duration from 100ms to 24h', `${streamIdleMs}ms`);
+  }
+  const maxRequestHeaders = get<number>('server.max_request_headers');
+  if (maxRequestHeaders > 65535) throw new ConfigError('server.max_request_headers', 'at most 65535', maxRequestHeaders);
   const kv = get<string | undefined>('pipeline.kv_connector');
   const ec = get<string | undefined>('pipeline.ec_connector');
   const pipelineDoc = isMap(doc['pipeline']) ? doc['pipeline'] : {};
@@ -233,6 +244,8 @@ export function parseConfig(doc: unknown, env: NodeJS.ProcessEnv = process.env):
       shutdownTimeoutMs: get<number>('server.shutdown_timeout'),
       metricsAddr: parseMetricsAddr(get<string>('server.metrics_addr')),
       streamedResponses: get<boolean>('server.streamed_responses'),
+      streamIdleTimeoutMs: streamIdleMs,
+      maxRequestHeaders,
       tls: parseTls(get<string | undefined>('server.tls_cert_file'), get<string | undefined>('server.tls_key_file'), get<string | undefined>('server.tls_client_ca_file')),
     },
     gateway: {

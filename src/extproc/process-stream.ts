@@ -14,13 +14,20 @@
  *   body reply carries header and body mutations, with an exact content-length.
  * - anything else: pass-through, unless the request has no body.
  *
+ * Two bounds are ours rather than the pipeline's: an inference request whose header map leaves no
+ * room for our mutation under Envoy's header-count limit is answered 431 at once
+ * (header-budget.ts), and a stream on which Envoy owes us the request but sends nothing for
+ * `streamIdleTimeoutMs` is ended and released (onIdle).
+ *
  * The Envoy layer knows nothing of what an exchange does: only RequestHandler, Exchange, Decision.
  */
 import type * as grpc from '@grpc/grpc-js';
 import type { Logger } from 'pino';
 import type { Decision, Exchange, ForwardDecision, RequestHandler, RespondDecision } from '../pipeline/decision';
+import { sanitiseRequestId } from '../pipeline/request-id';
 import { resolveModes, type FallbackBodyMode, type StreamModes } from './body-mode';
 import { toDynamicMetadata } from './dynamic-metadata';
+import { exceedsHeaderBudget, isInferenceRequest, tooManyHeadersAnswer, TOO_MANY_HEADERS_STATUS, type HeaderCount } from './header-budget';
 import { decodeRequestHead, type DroppedHeaders } from './headers';
 import { relayBody, streamedHeadersResponse } from './streamed-response';
 import {
@@ -61,6 +68,16 @@ export interface ProcessStreamOptions {
    * FULL_DUPLEX_STREAMED (Envoy >= 1.37). Default true; false collects them (Envoy 1.34-1.36).
    */
   readonly streamedResponses?: boolean;
+  /**
+   * Ends a stream on which Envoy sent nothing for this long while we wait on it (before the request
+   * is complete); 0 or absent = never. See {@link ProcessStream} (idle deadline).
+   */
+  readonly streamIdleTimeoutMs?: number;
+  /**
+   * Envoy's header-count limit (the listener's max_headers_count); an inference request with no
+   * room left for our headers is answered 431 at once (header-budget.ts). 0 or absent = no check.
+   */
+  readonly maxRequestHeaders?: number;
 }
 
 /** A body we would have to send in one message is above the gRPC send limit. */
@@ -85,8 +102,9 @@ type Target = 'headers' | 'body' | 'trailers';
 
 const EMPTY = Buffer.alloc(0);
 const RESOLVED: Promise<void> = Promise.resolve();
-/** grpc.status.INTERNAL; the type-only grpc import keeps the runtime free of it here. */
+/** grpc.status codes; the type-only grpc import keeps the runtime free of grpc-js here. */
 const GRPC_INTERNAL = 13;
+const GRPC_DEADLINE_EXCEEDED = 4;
 
 // A misconfigured filter would otherwise log on every request.
 const warnedModes = new Set<string>();
@@ -118,6 +136,8 @@ export class ProcessStream {
   private readonly gone = new AbortController();
   private chain: Promise<void> = RESOLVED;
   private drainWaiters: Array<() => void> = [];
+  /** The idle deadline while we wait on Envoy (see watchIdle). */
+  private idleTimer: NodeJS.Timeout | null = null;
 
   constructor(
     private readonly call: ProcessCall,
@@ -133,6 +153,7 @@ export class ProcessStream {
       if (this.opts.log.isLevelEnabled('debug')) this.opts.log.debug({ err }, 'ext_proc stream error');
       this.onClosed('failed');
     });
+    this.watchIdle();
   }
 
   // ---- incoming ----
@@ -163,6 +184,9 @@ export class ProcessStream {
       }
     } catch (err) {
       this.fail(err);
+    } finally {
+      // Any message counts as Envoy being alive, and may have moved us past the wait on it.
+      this.watchIdle();
     }
   }
 
@@ -180,6 +204,13 @@ export class ProcessStream {
       return;
     }
     const head = decodeRequestHead(msg.headers);
+    if (isInferenceRequest(head.method, head.path)) {
+      const over = exceedsHeaderBudget(msg.headers, this.opts.maxRequestHeaders ?? 0);
+      if (over) {
+        this.answerTooManyHeaders(over, head.headers['x-request-id']);
+        return;
+      }
+    }
     const exchange = this.opts.handler.begin(head);
     if (!exchange) {
       this.passThroughHeaders();
@@ -197,6 +228,22 @@ export class ProcessStream {
     // header mutations can depend on the body.
     if (modes.request === 'buffered') this.enqueueSend(EMPTY_REQUEST_HEADERS);
     this.phase = 'collecting';
+  }
+
+  /**
+   * Envoy would refuse our mutation of this request (a bare 500 after the whole pipeline ran):
+   * the client's 431 now, with no exchange, so no step and no side call runs.
+   */
+  private answerTooManyHeaders(count: HeaderCount, clientRequestId: string | undefined): void {
+    this.phase = 'answered';
+    this.decided = true;
+    const requestId = sanitiseRequestId(clientRequestId).id;
+    if (this.opts.log.isLevelEnabled('info')) {
+      this.opts.log.info({ 'x-request-id': requestId, headers: count.entries, allowed: count.allowed }, 'request has too many headers for our mutation: 431');
+    }
+    const answer = tooManyHeadersAnswer(count, requestId);
+    const metadata = toDynamicMetadata(this.opts.metadataNamespace, answer.metadata);
+    this.enqueue(() => this.sendImmediate(immediateResponse(TOO_MANY_HEADERS_STATUS, { 'content-type': 'application/json' }, answer.body, { metadata })));
   }
 
   private passThroughHeaders(): void {
@@ -318,11 +365,68 @@ export class ProcessStream {
   private onClosed(reason: string): void {
     if (this.closed) return;
     this.closed = true;
+    this.stopIdleWatch();
     this.chunks = [];
     if (this.exchange && !this.delivered) this.abortOnce(`ext_proc stream ${reason} before the answer was sent`);
     this.gone.abort();
     this.releaseDrainWaiters();
     this.onFinish();
+  }
+
+  // ---- idle deadline ----
+
+  /**
+   * Envoy owes us the next message while the request is incomplete (no headers yet, or the body
+   * still arriving). Once it is complete the wait is on our own pipeline (each side call has its
+   * own bound) or on a relayed response, and after the answer on nothing at all.
+   */
+  private waitingOnEnvoy(): boolean {
+    return this.phase === 'head' || this.phase === 'collecting';
+  }
+
+  /** Arms, pushes back or clears the idle deadline; called after every message Envoy sends. */
+  private watchIdle(): void {
+    const ms = this.opts.streamIdleTimeoutMs ?? 0;
+    if (ms <= 0) return;
+    if (this.closed || this.ending || !this.waitingOnEnvoy()) {
+      this.stopIdleWatch();
+      return;
+    }
+    if (this.idleTimer) {
+      this.idleTimer.refresh();
+      return;
+    }
+    this.idleTimer = setTimeout(() => this.onIdle(ms), ms);
+    // A server keeps the process alive; a forgotten stream must not.
+    this.idleTimer.unref();
+  }
+
+  private stopIdleWatch(): void {
+    if (!this.idleTimer) return;
+    clearTimeout(this.idleTimer);
+    this.idleTimer = null;
+  }
+
+  /**
+   * Envoy sent nothing for `ms` while it owed us the request. Either its stream is gone and grpc-js
+   * never told us (grpc-js 1.14 can miss the cancel of a stream reset right after it opened), or
+   * Envoy is stuck. The exchange is aborted as on a cancel, the call ends with DEADLINE_EXCEEDED,
+   * and the stream is released. An error status, not a clean end: Envoy takes an OK end as "carry
+   * on without the processor", which would forward an unprocessed request (fail open); an error
+   * makes it answer its 500 instead (failure_mode_allow: false), if anyone is still listening.
+   */
+  private onIdle(ms: number): void {
+    this.idleTimer = null;
+    if (this.closed || this.ending || !this.waitingOnEnvoy()) return;
+    if (this.opts.log.isLevelEnabled('info')) {
+      this.opts.log.info({ idle_ms: ms, phase: this.phase, received_bytes: this.received }, 'ext_proc stream idle: Envoy sent nothing for stream_idle_timeout; ending it');
+    }
+    this.chunks = [];
+    this.abortOnce(`envoy sent nothing for ${ms} ms`);
+    this.endWithError('stream idle timeout: no message from Envoy', GRPC_DEADLINE_EXCEEDED);
+    // grpc-js may never report the end of a stream whose peer is already gone (the case this
+    // deadline exists for): release it here. A late 'close' finds it closed.
+    this.onClosed('idle');
   }
 
   // ---- decisions ----
@@ -611,12 +715,13 @@ export class ProcessStream {
     for (const resolve of waiters) resolve();
   }
 
-  /** Ends the call with INTERNAL: Envoy resets the client's stream (a truncated answer). */
-  private endWithError(details: string): void {
+  /** Ends the call with an error status (INTERNAL: Envoy resets the client's stream, a truncated answer). */
+  private endWithError(details: string, code: number = GRPC_INTERNAL): void {
     if (this.closed || this.ending) return;
     this.ending = true;
+    this.stopIdleWatch();
     try {
-      this.call.emit('error', { code: GRPC_INTERNAL, details });
+      this.call.emit('error', { code, details });
     } catch (err) {
       this.opts.log.error({ err }, 'ext_proc: failing the call failed');
     }
@@ -625,6 +730,7 @@ export class ProcessStream {
   private endCall(): void {
     if (this.closed || this.ending) return;
     this.ending = true;
+    this.stopIdleWatch();
     try {
       this.call.end();
     } catch (err) {

@@ -10,6 +10,7 @@ import * as grpc from '@grpc/grpc-js';
 import type { Logger } from 'pino';
 import type { RequestHandler } from '../pipeline/decision';
 import type { FallbackBodyMode } from './body-mode';
+import { DEFAULT_MAX_REQUEST_HEADERS } from './header-budget';
 import { ProcessStream, type ProcessCall } from './process-stream';
 import { extProcServiceDefinition } from './proto';
 
@@ -17,6 +18,10 @@ import { extProcServiceDefinition } from './proto';
 export const MESSAGE_HEADROOM_BYTES = 1024 * 1024;
 /** grpc-js keeps message limits in int32. */
 const MAX_GRPC_MESSAGE_BYTES = 2 ** 31 - 1;
+/** Envoy's `stream_idle_timeout` in envoy/envoy.template.yaml. */
+export const DEFAULT_STREAM_IDLE_TIMEOUT_MS = 600_000;
+/** Node fires a longer setTimeout at once (with a warning). */
+const MAX_TIMER_MS = 2 ** 31 - 1;
 
 export interface MessageLimits {
   /**
@@ -69,6 +74,18 @@ export interface ExtProcServiceOptions {
   readonly log: Logger;
   /** Told about every `Process` stream (metrics); default none. */
   readonly streamObserver?: StreamObserver;
+  /**
+   * A stream on which Envoy owes us the request (headers, body) but sends nothing for this long is
+   * ended with DEADLINE_EXCEEDED and released, its exchange aborted. 0 = never. Default
+   * {@link DEFAULT_STREAM_IDLE_TIMEOUT_MS}.
+   */
+  readonly streamIdleTimeoutMs?: number;
+  /**
+   * Envoy's header-count limit for the requests it sends us (the listener's max_headers_count): an
+   * inference request with no room for our headers under it gets a 431 at once, instead of Envoy's
+   * bare 500 after the pipeline. 0 = no check. Default {@link DEFAULT_MAX_REQUEST_HEADERS}.
+   */
+  readonly maxRequestHeaders?: number;
 }
 
 /** Watches `Process` streams without the protocol layer knowing what is recorded. */
@@ -90,6 +107,14 @@ export interface ExtProcService {
 /** Registers `envoy.service.ext_proc.v3.ExternalProcessor` on a server the caller owns. */
 export function addExtProcService(server: grpc.Server, opts: ExtProcServiceOptions): ExtProcService {
   const limits = messageLimits(opts.maxBodyBytes);
+  const streamIdleTimeoutMs = opts.streamIdleTimeoutMs ?? DEFAULT_STREAM_IDLE_TIMEOUT_MS;
+  if (!Number.isFinite(streamIdleTimeoutMs) || streamIdleTimeoutMs < 0 || streamIdleTimeoutMs > MAX_TIMER_MS) {
+    throw new RangeError(`streamIdleTimeoutMs: expected 0..${MAX_TIMER_MS}, got ${String(streamIdleTimeoutMs)}`);
+  }
+  const maxRequestHeaders = opts.maxRequestHeaders ?? DEFAULT_MAX_REQUEST_HEADERS;
+  if (!Number.isSafeInteger(maxRequestHeaders) || maxRequestHeaders < 0) {
+    throw new RangeError(`maxRequestHeaders: expected a non-negative integer, got ${String(maxRequestHeaders)}`);
+  }
   const streamOptions = {
     handler: opts.handler,
     metadataNamespace: opts.metadataNamespace,
@@ -98,6 +123,8 @@ export function addExtProcService(server: grpc.Server, opts: ExtProcServiceOptio
     log: opts.log,
     maxBodyBytes: opts.maxBodyBytes,
     maxResponseBodyBytes: limits.responseBodyBytes,
+    streamIdleTimeoutMs,
+    maxRequestHeaders,
   };
   let active = 0;
   let refusing = false;

@@ -88,17 +88,33 @@ describe.each(['full_duplex', 'buffered'] as const)('request bounds through Envo
     expect(res.status).toBeLessThan(500);
   });
 
-  // Still open: the client-header cap (85) is checked on what the client sent, but Envoy checks the
-  // coordinator's mutation of the request against the same 85 after adding its own headers
-  // (x-forwarded-for, x-forwarded-proto, x-request-id, x-envoy-external-address) and counting the
-  // four pseudo-headers. So 76-81 client headers (through undici) still end in the bare 500
-  // `header_mutation_result_exceeds_limit`: lowering the cap only moves the window. Closing it takes
-  // a coordinator-side 431 for requests within ~10 headers of the limit (the limit made a config
-  // key), or a mutation limit above the codec's.
-  it.failing('78 client headers: a 4xx, not a 500', async () => {
+  // Envoy checks the coordinator's mutation of the request against the same 85, after adding its
+  // own headers (x-forwarded-for, x-forwarded-proto, x-request-id, x-envoy-external-address) and
+  // counting the four pseudo-headers: 76-81 client headers (through undici) used to pass the client
+  // cap and then end in the bare 500 `header_mutation_result_exceeds_limit`. The coordinator now
+  // counts the header map Envoy sends it against `server.max_request_headers` (85, the listener's
+  // max_headers_count), leaves room for every header its forward may add, and answers our 431 at
+  // once when there is none: no step runs, no worker sees the request.
+  it('78 client headers: our 431, before any worker', async () => {
     const many = Object.fromEntries(Array.from({ length: 78 }, (_, i) => [`x-h${i}`, 'v']));
     const res = await client.post('/v1/completions', PLAIN, { headers: many });
-    expect(res.status).toBeLessThan(500);
+    expectOpenAiError(res, 431);
+    expect(res.json).toEqual({ error: expect.objectContaining({ message: expect.stringMatching(/^request has too many headers \(\d+\); the limit is \d+ /) }) });
+    for (const sim of Object.values(stack.sims)) expect(sim.requests).toHaveLength(0);
+  });
+
+  it('64 to 86 client headers: each is a 200 or a 431, never a 5xx', async () => {
+    const statuses: Record<number, number> = {};
+    for (let n = 64; n <= 86; n++) {
+      const many = Object.fromEntries(Array.from({ length: n }, (_, i) => [`x-h${i}`, 'v']));
+      statuses[n] = (await client.post('/v1/completions', PLAIN, { headers: many })).status;
+    }
+    for (const status of Object.values(statuses)) expect([200, 431]).toContain(status);
+    // The window is closed from below, not by refusing everything: the low end still passes.
+    expect(statuses[64]).toBe(200);
+    // And once refused, every larger count is refused too.
+    const firstRefused = Object.keys(statuses).map(Number).find((n) => statuses[n] === 431)!;
+    for (let n = firstRefused; n <= 86; n++) expect(statuses[n]).toBe(431);
   });
 
   it('a header over the workers\' own limit (16 KB in Node and uvicorn) is the client\'s 431', async () => {
@@ -167,7 +183,8 @@ describe('ext_proc bounds', () => {
   it(`only the first ${MAX_DECODED_HEADERS} headers of a request are read; the service answers`, async () => {
     const sim = await startSimulator({ name: 'sim-any', role: 'any' });
     const service = await startService(
-      parseConfig({ server: { listen_addr: '127.0.0.1:0', metrics_addr: '127.0.0.1:0' }, gateway: { address: sim.url }, pipeline: { steps: [{ type: 'prefill' }, { type: 'decode' }] } }, {}),
+      // max_request_headers off: the 431 for too many headers would answer before any is read.
+      parseConfig({ server: { listen_addr: '127.0.0.1:0', metrics_addr: '127.0.0.1:0', max_request_headers: 0 }, gateway: { address: sim.url }, pipeline: { steps: [{ type: 'prefill' }, { type: 'decode' }] } }, {}),
       { log: silentLogger() },
     );
     const client = new EnvoyClient(service.grpcPort);

@@ -1,0 +1,104 @@
+/**
+ * Room for the coordinator's own headers under Envoy's header-count limit.
+ *
+ * Envoy checks the request's header map twice against the listener's `max_headers_count`: once
+ * when the client's request is parsed, and again after applying our header mutation
+ * (ext_proc's header-mutation result check), this time counting the pseudo-headers and the headers
+ * Envoy added itself (x-forwarded-for, x-forwarded-proto, x-request-id, ...). A request that passes
+ * the first check but not the second ends in Envoy's bare 500
+ * (`header_mutation_result_exceeds_limit`), after the whole pipeline and its side calls ran.
+ *
+ * The request_headers message carries exactly the map Envoy checks the second time, so the check
+ * is made on it up front: if its entries plus the most our final forward can add exceed the limit,
+ * the client gets a 431 at once.
+ */
+import type { Metadata } from '../pipeline/decision';
+import { errorBody } from '../pipeline/errors';
+import { INFERENCE_PATHS } from '../pipeline/handler';
+import { MAX_DECODED_HEADERS } from './headers';
+import type { HeaderMapIn } from './wire';
+
+/**
+ * Every header a forward decision can set on the request Envoy forwards, by fixed name:
+ * - `epp-profile`, `x-request-id`, `content-type`: the decode and prefill-decode steps' forward
+ *   (`ctx.decode.headers`; Envoy's strip-routing-headers filter removes a client `epp-profile`);
+ * - `content-length`: the BUFFERED body reply's exact length (responses.ts), absent when the client
+ *   sent its body chunked;
+ * - `traceparent`: the step span, stamped by tracing (observability/tracing.ts);
+ * - `x-data-parallel-rank`: kv-nixl with `dp_size` > 1 (connectors/kv/nixl.ts, via prefill).
+ * A name the client already sent is replaced, not added.
+ * test/protocol/header-budget.test.ts fails when a new header is stamped without being listed here.
+ */
+export const FORWARD_HEADER_NAMES: readonly string[] = [
+  'epp-profile',
+  'x-request-id',
+  'content-type',
+  'content-length',
+  'traceparent',
+  'x-data-parallel-rank',
+];
+
+/**
+ * Headers the forward can set whose names are configurable, so never known to be present: the
+ * async-broker's objective and fairness headers (`objective_header`, `fairness_header`).
+ */
+export const FORWARD_CONFIGURABLE_HEADERS = 2;
+
+/** The most headers our final mutation can add to a request that has none of them. */
+export const MAX_FORWARD_ADDED_HEADERS = FORWARD_HEADER_NAMES.length + FORWARD_CONFIGURABLE_HEADERS;
+
+/** Envoy's `max_headers_count` in envoy/envoy.template.yaml (Envoy's own default is 100). */
+export const DEFAULT_MAX_REQUEST_HEADERS = 85;
+
+export interface HeaderCount {
+  /** Entries in the map Envoy sent: pseudo-headers, the client's and Envoy's own headers. */
+  readonly entries: number;
+  /** The most entries this request may have, once room is left for the headers we may add. */
+  readonly allowed: number;
+}
+
+/** Is the request one whose forward we may mutate? The inference routes only; the rest pass through. */
+export function isInferenceRequest(method: string, path: string): boolean {
+  if (method !== 'POST') return false;
+  const q = path.indexOf('?');
+  return INFERENCE_PATHS.has(q < 0 ? path : path.slice(0, q));
+}
+
+/**
+ * The request's header count against `limit` (the listener's max_headers_count): `null` when our
+ * mutation cannot push it over, else the numbers for the client's 431.
+ */
+export function exceedsHeaderBudget(map: HeaderMapIn | null | undefined, limit: number): HeaderCount | null {
+  if (limit <= 0) return null;
+  const entries = map?.headers ?? [];
+  const present = new Set<string>();
+  // A stray client's huge map needs no full scan: the first entries already decide it.
+  const n = Math.min(entries.length, MAX_DECODED_HEADERS);
+  for (let i = 0; i < n; i++) {
+    const key = entries[i]!.key;
+    if (typeof key === 'string') {
+      const name = key.toLowerCase();
+      if (FORWARD_HEADER_NAMES.includes(name)) present.add(name);
+    }
+  }
+  const room = MAX_FORWARD_ADDED_HEADERS - present.size;
+  const allowed = limit - room;
+  return entries.length > allowed ? { entries: entries.length, allowed } : null;
+}
+
+export const TOO_MANY_HEADERS_STATUS = 431;
+
+/** The client's answer: an OpenAI-style JSON error, and the access-log facts. */
+export function tooManyHeadersAnswer(count: HeaderCount, requestId: string): { body: Buffer; metadata: Metadata } {
+  const message = `request has too many headers (${count.entries}); the limit is ${Math.max(0, count.allowed)} (request_id: ${requestId})`;
+  return {
+    body: errorBody({ status: TOO_MANY_HEADERS_STATUS, errorClass: 'bad_request', type: 'invalid_request_error', message }),
+    metadata: {
+      request_id: requestId,
+      path_taken: 'error',
+      status: TOO_MANY_HEADERS_STATUS,
+      error_step: 'headers',
+      error_class: 'bad_request',
+    },
+  };
+}
