@@ -89,7 +89,7 @@ const title = haveEgctl ? 'Envoy Gateway translation of config/k8s' : 'Envoy Gat
   test('public listener: client routing headers go before any filter; the coordinator runs before the router', () => {
     const hcm = hcmOf(PUBLIC_GATEWAY);
     const early = [...walkObjects(hcm['earlyHeaderMutationExtensions'] ?? [])].flatMap((o) => (typeof o['remove'] === 'string' ? [o['remove']] : []));
-    expect(early).toEqual(expect.arrayContaining(['epp-profile', 'x-gateway-destination-endpoint']));
+    expect(early).toEqual(expect.arrayContaining(['epp-profile', 'x-gateway-destination-endpoint', 'x-llm-d-pin-host-port', 'prefer']));
     const names = filterNames(hcm);
     expect(extProcFilters(hcm)).toHaveLength(1);
     expect(names.indexOf(String(extProcFilters(hcm)[0]!['name']))).toBeLessThan(names.indexOf('envoy.filters.http.router'));

@@ -40,7 +40,7 @@ const METADATA_KEYS = [
   'upstream_status',
 ];
 const EXT_PROC_SERVICE = 'envoy.service.ext_proc.v3.ExternalProcessor';
-const ROUTING_HEADERS = ['epp-profile', 'x-gateway-destination-endpoint'];
+const ROUTING_HEADERS = ['epp-profile', 'x-gateway-destination-endpoint', 'x-llm-d-pin-host-port', 'prefer'];
 const BUILT_IN_KINDS = new Set(['v1/ConfigMap', 'v1/Service', 'v1/ServiceAccount', 'apps/v1/Deployment', 'policy/v1/PodDisruptionBudget']);
 
 const sharedCrdsPresent = fs.existsSync(SHARED_CRDS_DIR);
