@@ -157,6 +157,9 @@ class EncodeStep implements Step {
       step,
       signal,
       headersTimeoutMs: this.headersTimeoutMs,
+      // gateway.timeout bounds only the wait for headers (as upstream); an encoder trickling its
+      // body after them must not hold the request until the client leaves. Same bound as prefill.
+      totalTimeoutMs: this.headersTimeoutMs > 0 ? 2 * this.headersTimeoutMs : 0,
       okStatuses: [200],
     });
     if (res.status !== 200) throw new UpstreamError(step, res.status, res.body.toString('utf8'));

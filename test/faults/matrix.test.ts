@@ -232,6 +232,15 @@ describe.each(['full_duplex', 'buffered'] as const)('fault matrix through Envoy 
     expect(stack.sims.prefill.requests).toHaveLength(1);
   });
 
+  it('an encode trickling its body past twice the gateway timeout is cut off (502)', async () => {
+    // As for prefill: the encoder's answer comes in four pieces, 2 x gateway.timeout apart.
+    stack.sims.encode.setFaults([{ chunkDelayMs: 2 * GATEWAY_TIMEOUT_MS }]);
+    const res = await client.post('/v1/chat/completions', body('encode'));
+    expectOpenAiError(res, 502);
+    expect(stack.sims.encode.requests).toHaveLength(1);
+    expect(stack.sims.prefill.requests).toHaveLength(0);
+  });
+
   describe('a client that goes away aborts the outstanding side call within 100 ms', () => {
     async function abortDuring(arrived: () => Promise<void>, closed: () => Promise<void>, phase: Phase): Promise<number> {
       const controller = new AbortController();
