@@ -10,7 +10,7 @@ import { ParamReader } from '../pipeline/params';
 import type { Step, StepDeps, StepFactory, StepOutcome, StepParams } from '../pipeline/step';
 import type { SideCallClient, StreamingSideCallResponse } from '../gateway/client';
 import { requireGateway } from './gateway-required';
-import { buildMmFeatures, gatewayLegHeaders, resolveFormat, type WireFormat } from './wire';
+import { buildMmFeatures, dropTransferParams, gatewayLegHeaders, resolveFormat, type WireFormat } from './wire';
 
 export const CONDITIONAL_DECODE_STEP = 'conditional-decode';
 
@@ -43,6 +43,9 @@ const HOP_BY_HOP: ReadonlySet<string> = new Set([
 /** The probe body in the resolved format (§3.3). A shallow copy: the client body is not touched. */
 export function buildConditionalDecodeBody(ctx: RequestContext, format: WireFormat): JsonObject {
   const body: JsonObject = { ...ctx.body };
+  // The probe reaches a decode worker before any transfer: no transfer params are ours yet, and a
+  // client's own would point the worker at a peer of its choosing (upstream forwards them as sent).
+  dropTransferParams(body);
   const tokenIds = ctx.tokenIds;
   switch (format) {
     case 'chat':

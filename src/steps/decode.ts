@@ -14,6 +14,7 @@ import {
   HEADER_EPP_PROFILE,
   HEADER_REQUEST_ID,
   buildMmFeatures,
+  dropTransferParams,
   injectImageUuids,
   isJsonObject,
   resolveFormat,
@@ -37,6 +38,10 @@ class DecodeStep implements Step {
 
     // The body is mutated in place: decode is last, and the body is serialised once afterwards.
     const body = ctx.body;
+    // Transfer params on a decode body are ours alone: the KV params set below, never EC params
+    // (§3.6: encoder outputs are prefill's; decode pulls only KV). A client's own, at any place a
+    // worker reads them, would point the worker at a peer of the client's choosing.
+    dropTransferParams(body);
     switch (resolveFormat(this.useOpenAIFormat, ctx.originalPath)) {
       case 'chat': {
         body['kv_transfer_params'] = kv;

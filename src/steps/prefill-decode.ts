@@ -27,6 +27,7 @@ import {
   HEADER_EPP_PROFILE,
   HEADER_REQUEST_ID,
   buildMmFeatures,
+  dropTransferParams,
   gatewayLegHeaders,
   injectImageUuids,
   pathForFormat,
@@ -149,7 +150,7 @@ class PrefillDecodeStep implements Step {
     return { host: endpoint.host, value: value.trim() };
   }
 
-  /** The decode body as the decode step shapes it (§3.6), minus kv_transfer_params. */
+  /** The decode body as the decode step shapes it (§3.6), minus any transfer params. */
   private shapeDecodeBody(ctx: RequestContext, format: ReturnType<typeof resolveFormat>): void {
     injectImageUuids(ctx);
     const body = ctx.body;
@@ -161,8 +162,9 @@ class PrefillDecodeStep implements Step {
     } else if (format === 'completions' && ctx.tokenIds && ctx.tokenIds.length > 0) {
       body['prompt'] = ctx.tokenIds;
     }
-    // ec_transfer_params never reach decode; a client's own would steer the worker.
-    delete body['ec_transfer_params'];
+    // No transfer params reach decode (the connector's fields are top-level bootstrap_*): a
+    // client's own, at any place a worker reads them, would steer the worker.
+    dropTransferParams(body);
   }
 
   /**

@@ -17,6 +17,7 @@ import {
   capSingleTokenOutput,
   coerceParamsMap,
   decodeFirstJsonValue,
+  dropTransferParams,
   gatewayLegHeaders,
   isJsonObject,
   jsonTypeName,
@@ -60,10 +61,9 @@ export function buildPrefillBody(
       body['tokens'] = tokens;
       // Transfer params are ours to set: a client's own would point the worker at a peer of
       // its choosing.
+      dropTransferParams(body);
       if (kv) body['kv_transfer_params'] = kv;
-      else delete body['kv_transfer_params'];
       if (nonEmpty(ec)) body['ec_transfer_params'] = ec;
-      else delete body['ec_transfer_params'];
       return body;
     }
     case 'completions': {

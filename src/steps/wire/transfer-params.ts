@@ -33,3 +33,28 @@ export function coerceParamsMap(v: unknown, label: string, log: Logger): Record<
   log.debug({ type: jsonTypeName(v) }, `${label} is not a JSON object; skipping`);
   return null;
 }
+
+/** The transfer-params fields a worker acts on: where to pull KV blocks and encoder outputs from. */
+export const TRANSFER_PARAMS_FIELDS = ['kv_transfer_params', 'ec_transfer_params'] as const;
+export type TransferParamsField = (typeof TRANSFER_PARAMS_FIELDS)[number];
+
+/**
+ * Removes `fields` from a body bound for a worker, wherever a worker reads them: the top level
+ * (chat, completions, and generate in newer vLLM) and `sampling_params.extra_args` (generate).
+ * They are the coordinator's to set: a client's own would point the worker at a NIXL peer (or KV
+ * source) of the client's choosing.
+ *
+ * Only `body` itself is mutated: a nested `sampling_params` / `extra_args` that holds one of the
+ * fields is replaced by a copy without it, so a shallow copy of the client body can be cleaned
+ * without touching the client's.
+ */
+export function dropTransferParams(body: JsonObject, fields: readonly TransferParamsField[] = TRANSFER_PARAMS_FIELDS): void {
+  for (const f of fields) delete body[f];
+  const sampling = body['sampling_params'];
+  if (!isJsonObject(sampling)) return;
+  const extra = sampling['extra_args'];
+  if (!isJsonObject(extra) || !fields.some((f) => Object.prototype.hasOwnProperty.call(extra, f))) return;
+  const cleanExtra: JsonObject = { ...extra };
+  for (const f of fields) delete cleanExtra[f];
+  body['sampling_params'] = { ...sampling, extra_args: cleanExtra };
+}

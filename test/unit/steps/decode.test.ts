@@ -156,6 +156,51 @@ describe('decode: generate', () => {
   });
 });
 
+/** A NIXL peer a client would like a worker to pull from. */
+const spoofEc = { 'hash-a': { peer_host: '6.6.6.6', peer_port: 5501, nixl_agent_metadata_b64: 'AAAA' } };
+const spoofKv = { remote_host: '6.6.6.6', remote_port: 1, do_remote_prefill: true };
+
+describe('decode: a client never sets transfer params (hardening)', () => {
+  it('chat: drops the client ec_transfer_params (top level and in extra_args); kv is only ours', async () => {
+    const body = chatBodyWithImages(1, {
+      ec_transfer_params: spoofEc,
+      kv_transfer_params: spoofKv,
+      sampling_params: { temperature: 0.5, extra_args: { ec_transfer_params: spoofEc, keep: 1 } },
+    });
+    // The coordinator's own EC params (from encode) belong to prefill; decode gets none (§3.6).
+    const ctx = makeCtx({ body, tokenIds: [1, 2], entries: [entry(0, 'hash-a', 1, 1)], kvTransferParams: prefillKv, ecTransferParams: [{ 'hash-a': { peer_host: 'enc' } }] });
+    await decode({ kv_connector: 'kv-nixl' }).execute(ctx);
+    expect(JSON.stringify(ctx.body)).not.toContain('ec_transfer_params');
+    expect(JSON.stringify(ctx.body)).not.toContain('6.6.6.6');
+    expect(ctx.body['kv_transfer_params']).toMatchObject({ remote_host: '10.0.0.9', do_remote_prefill: true });
+    expect(ctx.body['sampling_params']).toEqual({ temperature: 0.5, extra_args: { keep: 1 } });
+  });
+
+  it('completions: drops the client ec_transfer_params', async () => {
+    const ctx = makeCtx({ path: '/v1/completions', body: { prompt: 'p', ec_transfer_params: spoofEc, kv_transfer_params: spoofKv } });
+    await decode().execute(ctx);
+    expect(ctx.body).toEqual({ prompt: 'p', kv_transfer_params: { do_remote_decode: false, do_remote_prefill: true } });
+  });
+
+  it.each([
+    ['/inference/v1/generate', true],
+    ['/v1/chat/completions', false],
+  ])('generate shape (%s, use_openai_format=%s): drops client transfer params at the top level and in extra_args, keeps the rest', async (path, use_openai_format) => {
+    const body = {
+      token_ids: [1],
+      ec_transfer_params: spoofEc,
+      kv_transfer_params: spoofKv,
+      sampling_params: { max_tokens: 9, extra_args: { ec_transfer_params: spoofEc, kv_transfer_params: spoofKv, keep: 1 } },
+    };
+    const ctx = makeCtx({ path, body, tokenIds: [1], ecTransferParams: [{ 'hash-a': { peer_host: 'enc' } }] });
+    await decode({ use_openai_format }).execute(ctx);
+    expect(ctx.body).toEqual({
+      token_ids: [1],
+      sampling_params: { max_tokens: 9, extra_args: { keep: 1, kv_transfer_params: { do_remote_decode: false, do_remote_prefill: true } } },
+    });
+  });
+});
+
 describe('decode: connectors and params', () => {
   it('kv-nixl: prefill answer fields plus flipped flags', async () => {
     const ctx = makeCtx({ kvTransferParams: { block_id: 'b', peer_host: 'p', do_remote_prefill: false } });

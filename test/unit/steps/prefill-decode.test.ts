@@ -113,6 +113,20 @@ describe('prefill-decode', () => {
     expect(ctx.body).toMatchObject({ prompt: [5, 6], max_tokens: 9, bootstrap_host: '10.0.3.7' });
   });
 
+  it('a client ec_transfer_params never reaches either leg; the coordinator\'s EC params reach prefill only', async () => {
+    gateway.respond = epp();
+    const spoof = { h1: { peer_host: '6.6.6.6', peer_port: 1 } };
+    const body = { ...chat(), ec_transfer_params: spoof, sampling_params: { extra_args: { ec_transfer_params: spoof, kv_transfer_params: { x: 1 } } } };
+    const ctx = makeCtx({ body, tokenIds: [1, 2, 3], ecTransferParams: [{ h1: { peer_host: 'encoder', peer_port: 5501 } }] });
+    await step({ ec_connector: 'ec-nixl' }).execute(ctx);
+    await waitForLegs(2);
+    const prefill = gateway.seen[1]!.json;
+    expect(prefill.ec_transfer_params).toEqual({ h1: { peer_host: 'encoder', peer_port: 5501 } });
+    expect(JSON.stringify(prefill)).not.toContain('6.6.6.6');
+    expect(JSON.stringify(ctx.body)).not.toContain('_transfer_params');
+    expect(ctx.body['sampling_params']).toEqual({ extra_args: {} });
+  });
+
   it('an IPv6 reserved endpoint gives the bare host', async () => {
     gateway.respond = epp({ endpoint: '[fd00::7]:8000' });
     const ctx = makeCtx({ body: chat() });
