@@ -30,6 +30,7 @@ export function buildPipeline(settings: PipelineSettings, registry: StepRegistry
       `the "async-broker" step to be the first pipeline step, found it at position ${asyncAt + 1}`,
     );
   }
+  checkPrefillDecode(settings.steps);
   return settings.steps.map((cfg, i) => {
     const params: Record<string, unknown> = { ...cfg.params };
     if (settings.kvConnector && params['kv_connector'] === undefined) params['kv_connector'] = settings.kvConnector;
@@ -42,4 +43,34 @@ export function buildPipeline(settings: PipelineSettings, registry: StepRegistry
       throw new ConfigError(`pipeline.steps[${i}] (${cfg.type})`, 'valid params', (err as Error).message);
     }
   });
+}
+
+/**
+ * `prefill-decode` runs prefill and hands the request to decode itself (reference §12.4), so it
+ * replaces the serial pair rather than joining it, and nothing can run after it: a later step would
+ * act after the prefill was already sent (with whatever EC params it had) and on a decode body that
+ * is already final.
+ */
+function checkPrefillDecode(steps: readonly StepConfig[]): void {
+  const at = steps.findIndex((s) => s.type === 'prefill-decode');
+  if (at < 0) return;
+  const again = steps.findIndex((s, i) => i > at && s.type === 'prefill-decode');
+  if (again >= 0) {
+    throw new ConfigError(`pipeline.steps[${again}]`, `at most one "prefill-decode" step, found a second at position ${again + 1}`);
+  }
+  const serial = steps.findIndex((s) => s.type === 'prefill' || s.type === 'decode');
+  if (serial >= 0) {
+    throw new ConfigError(
+      `pipeline.steps[${serial}]`,
+      'either a "prefill-decode" step or the "prefill" and "decode" steps, not both (prefill-decode sends prefill and decode itself)',
+      steps[serial]!.type,
+    );
+  }
+  if (at < steps.length - 1) {
+    throw new ConfigError(
+      `pipeline.steps[${at + 1}]`,
+      'no step after "prefill-decode" (it sends prefill and hands the request to decode, so it must be the last step)',
+      steps[at + 1]!.type,
+    );
+  }
 }

@@ -5,6 +5,7 @@ import { createConditionalDecodeStep } from './conditional-decode';
 import { createDecodeStep } from './decode';
 import { createEncodeStep } from './encode';
 import { createPrefillStep } from './prefill';
+import { createPrefillDecodeStep, PREFILL_DECODE_STEP } from './prefill-decode';
 import { createRenderStep } from './render';
 import { createReplaceMediaUrlsStep } from './replace-media-urls';
 
@@ -17,6 +18,8 @@ export const BUILTIN_STEPS: ReadonlyArray<readonly [type: string, factory: StepF
   ['encode', createEncodeStep],
   ['prefill', createPrefillStep],
   ['decode', createDecodeStep],
+  // Replaces prefill + decode for kv-sglang; the builder refuses it alongside them.
+  [PREFILL_DECODE_STEP, createPrefillDecodeStep],
 ];
 
 export function registerBuiltinSteps(registry: StepRegistry): StepRegistry {

@@ -15,17 +15,10 @@
  */
 import { at, TestClient } from '../support/client';
 import { startStack, type Stack } from '../support/stack';
-import { BUILTIN_STEPS } from '../../src/steps';
-import { createPrefillDecodeStep } from '../../src/steps/prefill-decode';
-import type { StepFactory } from '../../src/pipeline/step';
 import { withGatewayRoutes } from './support/custom-envoy';
 import { startCustomStack, type CustomStack } from './support/custom-stack';
 import { expectIdle, expectOpenAiError, UPSTREAM_SECRET } from './support/expect';
 
-// Until src/steps/index.ts registers the step, this file's service gets it here.
-if (!BUILTIN_STEPS.some(([t]) => t === 'prefill-decode')) {
-  (BUILTIN_STEPS as Array<readonly [string, StepFactory]>).push(['prefill-decode', createPrefillDecodeStep]);
-}
 delete process.env['SGLANG_BOOTSTRAP_PORT'];
 
 /** Grants every reserve with the one prefill pod; a request tagged `x-test-epp: busy` gets a 503 instead. */
