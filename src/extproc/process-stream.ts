@@ -101,6 +101,8 @@ type Phase = 'head' | 'passthrough' | 'collecting' | 'deciding' | 'answered';
 type Target = 'headers' | 'body' | 'trailers';
 
 const EMPTY = Buffer.alloc(0);
+/** The abort reason of a relay whose stream ended (a string: no DOMException and stack to build). */
+const STREAM_GONE = 'ext_proc stream ended';
 const RESOLVED: Promise<void> = Promise.resolve();
 /** grpc.status codes; the type-only grpc import keeps the runtime free of grpc-js here. */
 const GRPC_INTERNAL = 13;
@@ -133,7 +135,12 @@ export class ProcessStream {
   /** A streamed local reply's headers went out: no other answer can replace it any more. */
   private replyStarted = false;
   /** Aborted when Envoy ends the stream; a relay waiting on its source stops at once. */
-  private readonly gone = new AbortController();
+  /**
+   * Fires when the stream can no longer carry a relayed reply. Made only for a relay: every stream
+   * ends, and aborting a controller nobody listens to still builds its signal and a DOMException
+   * (a stack trace per request on the normal path).
+   */
+  private gone: AbortController | null = null;
   private chain: Promise<void> = RESOLVED;
   private drainWaiters: Array<() => void> = [];
   /** The idle deadline while we wait on Envoy (see watchIdle). */
@@ -348,7 +355,7 @@ export class ProcessStream {
       // Envoy stops listening mid-reply only when the client went away: stop the side call now,
       // not after the worker finished generating.
       this.abortOnce('envoy closed the stream during a streamed response');
-      this.gone.abort();
+      this.stopRelay();
       this.endCall();
       return;
     }
@@ -368,7 +375,7 @@ export class ProcessStream {
     this.stopIdleWatch();
     this.chunks = [];
     if (this.exchange && !this.delivered) this.abortOnce(`ext_proc stream ${reason} before the answer was sent`);
-    this.gone.abort();
+    this.stopRelay();
     this.releaseDrainWaiters();
     this.onFinish();
   }
@@ -568,6 +575,8 @@ export class ProcessStream {
     try {
       this.replyStarted = true;
       await this.send(streamedHeadersResponse(decision.status, decision.headers, { metadata, dropped }));
+      this.gone = new AbortController();
+      if (this.closed) this.gone.abort(STREAM_GONE);
       const result = await relayBody(body, { send: (m) => this.send(m), writable: () => this.canWrite(), gone: this.gone.signal });
       switch (result.kind) {
         case 'complete':
@@ -628,7 +637,7 @@ export class ProcessStream {
       // The local reply has started: an immediate_response can no longer replace it.
       if (!this.immediateSent) {
         this.abortOnce('internal error during a streamed response');
-        this.gone.abort();
+        this.stopRelay();
         this.endWithError('internal error');
       }
       return;
@@ -642,6 +651,10 @@ export class ProcessStream {
       this.endCall();
     }
     this.delivered = true;
+  }
+
+  private stopRelay(): void {
+    this.gone?.abort(STREAM_GONE);
   }
 
   private abortOnce(reason: string): void {

@@ -10,6 +10,7 @@ import * as grpc from '@grpc/grpc-js';
 import type { Logger } from 'pino';
 import type { RequestHandler } from '../pipeline/decision';
 import type { FallbackBodyMode } from './body-mode';
+import { createWideWindowServer } from './flow-control';
 import { DEFAULT_MAX_REQUEST_HEADERS } from './header-budget';
 import { ProcessStream, type ProcessCall } from './process-stream';
 import { extProcServiceDefinition } from './proto';
@@ -189,7 +190,7 @@ export interface ExtProcServer {
 }
 
 export async function startExtProcServer(opts: ExtProcServerOptions): Promise<ExtProcServer> {
-  const server = new grpc.Server(extProcServerOptions(opts.maxBodyBytes));
+  const server = createWideWindowServer(extProcServerOptions(opts.maxBodyBytes));
   const service = addExtProcService(server, opts);
   opts.configure?.(server);
   const credentials = opts.credentials ?? grpc.ServerCredentials.createInsecure();
