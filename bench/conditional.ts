@@ -17,7 +17,7 @@ import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { Agent, request } from 'undici';
 import { REPO_ROOT, type EnvoyBodyMode } from '../scripts/envoy-bootstrap';
-import { freeStackPorts, startLocalStack } from '../scripts/local-stack';
+import { buildService, freeStackPorts, startLocalStack } from '../scripts/local-stack';
 import { ensureEnvoy } from '../test/support/envoy';
 import { sleep } from '../test/support/ports';
 import { machineDescription, round3, summarize, type Summary } from './stats';
@@ -161,7 +161,9 @@ async function main(): Promise<void> {
   mkdirSync(dir, { recursive: true });
   ensureEnvoy();
 
+  buildService(say);
   const stack = await startLocalStack({
+    builtService: true,
     dir,
     ports: await freeStackPorts(),
     bodyMode: args.bodyMode,

@@ -9,13 +9,15 @@
  * and, in this same process, Node's own JSON.parse + JSON.stringify of the same body: the floor any
  * service that rewrites the body pays once. Reports
  * - ratio_vs_parse_stringify = (service p50 - direct p50) / (parse + stringify p50), per size;
+ * - own_ratio_vs_parse_stringify: the same, less the side calls' time (render + the prefill leg, in
+ *   which a second worker receives and parses the body), read from the coordinator's step_ms;
  * - peak_rss_over_body = (the coordinator's peak RSS while serving - its idle RSS) / body size, for 20 MB.
  * Writes bench/results/large-body.json.
  */
 import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { REPO_ROOT, type EnvoyBodyMode } from '../scripts/envoy-bootstrap';
-import { freeStackPorts, startLocalStack } from '../scripts/local-stack';
+import { buildService, freeStackPorts, startLocalStack } from '../scripts/local-stack';
 import { TestClient } from '../test/support/client';
 import { ensureEnvoy } from '../test/support/envoy';
 import { machineDescription, round3, summarize } from './stats';
@@ -26,6 +28,7 @@ interface Args {
   requests: number;
   bodyMode: EnvoyBodyMode;
   out: string;
+  cpuProfileDir?: string;
 }
 
 function parseArgs(argv: string[]): Args {
@@ -38,8 +41,9 @@ function parseArgs(argv: string[]): Args {
       args.requests = n;
     } else if (a === '--buffered') args.bodyMode = 'buffered';
     else if (a === '--out') args.out = argv[++i] ?? args.out;
+    else if (a === '--cpu-prof') args.cpuProfileDir = argv[++i];
     else if (a === '--help' || a === '-h') {
-      process.stdout.write('usage: npm run bench -- large-body [--requests N (12)] [--buffered] [--out FILE]\n');
+      process.stdout.write('usage: npm run bench -- large-body [--requests N (12)] [--buffered] [--out FILE] [--cpu-prof DIR (the coordinator\'s V8 CPU profile)]\n');
       process.exit(0);
     } else throw new Error(`unexpected argument ${JSON.stringify(a)}`);
   }
@@ -85,6 +89,26 @@ function procStatusKb(pid: number, field: 'VmRSS' | 'VmHWM'): number {
   return Number(m[1]);
 }
 
+/**
+ * The side-call time (sum of the coordinator's step_ms for render and prefill) of each request, from
+ * the public listener's access-log lines; waits for Envoy to flush them.
+ */
+async function sideCallMs(accessLogPath: string, ids: readonly string[]): Promise<number[]> {
+  const wanted = new Set(ids);
+  for (let attempt = 0; ; attempt++) {
+    const found = new Map<string, number>();
+    for (const line of readFileSync(accessLogPath, 'utf8').split('\n')) {
+      if (!line.includes('"listener":"public"')) continue;
+      const entry = JSON.parse(line) as { x_request_id?: string; step_ms?: Record<string, number> | null };
+      if (!entry.x_request_id || !wanted.has(entry.x_request_id)) continue;
+      const steps = entry.step_ms ?? {};
+      found.set(entry.x_request_id, (steps['render'] ?? 0) + (steps['prefill'] ?? 0));
+    }
+    if (found.size === wanted.size) return [...found.values()];
+    if (attempt >= 50) throw new Error(`access log: found ${found.size} of ${wanted.size} requests`);
+    await new Promise((r) => setTimeout(r, 100));
+  }
+}
 
 async function main(): Promise<void> {
   const args = parseArgs(process.argv.slice(2));
@@ -93,12 +117,22 @@ async function main(): Promise<void> {
   rmSync(dir, { recursive: true, force: true });
   mkdirSync(dir, { recursive: true });
   ensureEnvoy();
-  const stack = await startLocalStack({ dir, ports: await freeStackPorts(), bodyMode: args.bodyMode, kvConnector: 'kv-shared-storage', say });
+  buildService(say);
+  const stack = await startLocalStack({
+    dir,
+    ports: await freeStackPorts(),
+    bodyMode: args.bodyMode,
+    kvConnector: 'kv-shared-storage',
+    say,
+    cpuProfileDir: args.cpuProfileDir,
+    builtService: true,
+  });
   const service = new TestClient(stack.publicUrl);
   const direct = new TestClient(stack.gatewayUrl);
   const pid = stack.pids.find((p) => p.name === 'epd-coordinator')!.pid;
   const results: Record<string, unknown> = {};
   try {
+    let seq = 0;
     const once = async (client: TestClient, body: string, headers?: Record<string, string>): Promise<number> => {
       const t0 = process.hrtime.bigint();
       const res = await client.post('/inference/v1/generate', body, { headers, timeoutMs: 120_000 });
@@ -120,10 +154,19 @@ async function main(): Promise<void> {
       say(`${label}: ${Buffer.byteLength(body)} bytes, ${runs} requests per setup, interleaved`);
       if (label === '20mb') writeFileSync(`/proc/${pid}/clear_refs`, '5'); // reset the peak-RSS mark
       const samples = { direct: [] as number[], service: [] as number[] };
+      const ids: string[] = [];
       for (let i = 0; i < runs; i++) {
         const order = i % 2 === 0 ? (['direct', 'service'] as const) : (['service', 'direct'] as const);
-        for (const s of order) samples[s].push(s === 'direct' ? await once(direct, body, { 'epp-profile': 'decode' }) : await once(service, body));
+        for (const s of order) {
+          if (s === 'direct') samples.direct.push(await once(direct, body, { 'epp-profile': 'decode' }));
+          else {
+            const id = `bench-${label}-${++seq}`;
+            ids.push(id);
+            samples.service.push(await once(service, body, { 'x-request-id': id }));
+          }
+        }
       }
+      const legs = summarize(await sideCallMs(stack.accessLogPath, ids));
       const peakKb = label === '20mb' ? procStatusKb(pid, 'VmHWM') : undefined;
       const ps = summarize(parseStringifyMs(body, Math.max(5, runs)));
       const d = summarize(samples.direct);
@@ -135,9 +178,16 @@ async function main(): Promise<void> {
         p99_ms: { direct: d.p99, service: sv.p99 },
         added_p50_ms: round3(added),
         ratio_vs_parse_stringify: round3(added / ps.p50),
+        // The cascade's own cost: render and the prefill leg (a second worker receives and parses
+        // the whole body through Envoy), from the coordinator's step_ms in the access log. What is
+        // left of the added latency is the coordinator's: the body in, parse, serialise, body out.
+        side_calls_p50_ms: legs.p50,
+        own_added_p50_ms: round3(added - legs.p50),
+        own_ratio_vs_parse_stringify: round3((added - legs.p50) / ps.p50),
         ...(peakKb !== undefined ? { idle_rss_mb: round3(idleRssKb / 1024), peak_rss_mb: round3(peakKb / 1024) } : {}),
       };
       say(`${label}: direct p50 ${d.p50} ms, service p50 ${sv.p50} ms, added ${round3(added)} ms, parse+stringify p50 ${ps.p50} ms -> ratio ${round3(added / ps.p50)}`);
+      say(`${label}: of the added, side calls (render + prefill leg) p50 ${legs.p50} ms; the coordinator's own ${round3(added - legs.p50)} ms -> ratio ${round3((added - legs.p50) / ps.p50)}`);
       if (peakKb !== undefined) {
         const over = ((peakKb - idleRssKb) * 1024) / Buffer.byteLength(body);
         (results[label] as Record<string, unknown>)['peak_rss_over_body'] = round3(over);
@@ -153,6 +203,7 @@ async function main(): Promise<void> {
     suite: 'large-body',
     body_mode: args.bodyMode,
     ratio_vs_parse_stringify: big['ratio_vs_parse_stringify'],
+    own_ratio_vs_parse_stringify: big['own_ratio_vs_parse_stringify'],
     peak_rss_over_body: big['peak_rss_over_body'],
     sizes: results,
     date: new Date().toISOString(),

@@ -10,7 +10,7 @@
 import { mkdirSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { REPO_ROOT, type EnvoyBodyMode } from '../scripts/envoy-bootstrap';
-import { freeStackPorts, startLocalStack } from '../scripts/local-stack';
+import { buildService, freeStackPorts, startLocalStack } from '../scripts/local-stack';
 import { at, TestClient } from '../test/support/client';
 import { ensureEnvoy } from '../test/support/envoy';
 import { machineDescription, round3, summarize, type Summary } from './stats';
@@ -25,11 +25,13 @@ interface Args {
   maxSeconds: number;
   bodyMode: EnvoyBodyMode;
   out: string;
+  cpuProfileDir?: string;
 }
 
 const LIMITS = { requests: 100_000, warmup: 10_000, concurrency: 256, concurrentRequests: 100_000, maxSeconds: 3600 };
 const USAGE = `usage: npm run bench -- spine [--requests N (400)] [--warmup N (50)] [--concurrency C (8, 0 = skip)]
-       [--concurrent-requests N (400)] [--max-seconds S (240)] [--buffered] [--out FILE]`;
+       [--concurrent-requests N (400)] [--max-seconds S (240)] [--buffered] [--out FILE]
+       [--cpu-prof DIR (the coordinator's V8 CPU profile)]`;
 
 function parseArgs(argv: string[]): Args {
   const args: Args = {
@@ -55,6 +57,12 @@ function parseArgs(argv: string[]): Args {
       case '--concurrent-requests': args.concurrentRequests = int('concurrentRequests', argv[++i]); break;
       case '--max-seconds': args.maxSeconds = Math.max(1, int('maxSeconds', argv[++i])); break;
       case '--buffered': args.bodyMode = 'buffered'; break;
+      case '--cpu-prof': {
+        const v = argv[++i];
+        if (!v) throw new Error('--cpu-prof needs a directory');
+        args.cpuProfileDir = v;
+        break;
+      }
       case '--out': {
         const v = argv[++i];
         if (!v) throw new Error('--out needs a file');
@@ -123,12 +131,15 @@ async function main(): Promise<void> {
   mkdirSync(dir, { recursive: true });
   ensureEnvoy();
 
+  buildService(say);
   const stack = await startLocalStack({
+    builtService: true,
     dir,
     ports: await freeStackPorts(),
     bodyMode: args.bodyMode,
     kvConnector: 'kv-shared-storage',
     say,
+    cpuProfileDir: args.cpuProfileDir,
   });
   const stopOnSignal = () => void stack.stop().then(() => process.exit(130));
   process.once('SIGINT', stopOnSignal);

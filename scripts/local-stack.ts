@@ -3,6 +3,7 @@
  * decode), the coordinator CLI and Envoy with the shipped bootstrap. Shared by `npm run stack`
  * (fixed ports) and `npm run bench` (free ports).
  */
+import { execFileSync } from 'node:child_process';
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import yaml from 'js-yaml';
@@ -59,6 +60,15 @@ export interface LocalStackOptions {
   readonly conditionalDecode?: boolean;
   /** Access-log flush interval. */
   readonly flushIntervalMs?: number;
+  /** Write V8 CPU profiles of the coordinator (`--cpu-prof`) into this directory, for benchmarks. */
+  readonly cpuProfileDir?: string;
+  /**
+   * Run the coordinator as it ships: the compiled `dist/src/main.js` on plain node (built first by
+   * the caller, see {@link buildService}), not the TypeScript sources through tsx. Benchmarks use it:
+   * tsx turns on source maps, which make every error's stack trace (an HTTP/2 stream reset, say)
+   * several times dearer than in production.
+   */
+  readonly builtService?: boolean;
   /** Progress messages. */
   readonly say?: (msg: string) => void;
 }
@@ -131,9 +141,18 @@ export function coordinatorConfig(opts: Pick<LocalStackOptions, 'ports' | 'kvCon
   return `# Written by scripts/local-stack.ts for this run; edits are overwritten.\n${yaml.dump(doc, { lineWidth: 120 })}`;
 }
 
+/** Compiles the project into dist/ (`npm run build`), for {@link LocalStackOptions.builtService}. */
+export function buildService(say: (msg: string) => void = () => undefined): void {
+  say('building dist/ (tsc)');
+  execFileSync(process.execPath, [join(REPO_ROOT, 'node_modules', 'typescript', 'bin', 'tsc'), '-p', join(REPO_ROOT, 'tsconfig.json')], {
+    cwd: REPO_ROOT,
+    stdio: ['ignore', 'inherit', 'inherit'],
+  });
+}
+
 /** Runs TypeScript entry points in one node process (no wrapper that would relay signals twice). */
-function tsNode(entry: string, args: readonly string[]): { command: string; args: string[] } {
-  return { command: process.execPath, args: ['--import', 'tsx', join(REPO_ROOT, entry), ...args] };
+function tsNode(entry: string, args: readonly string[], nodeFlags: readonly string[] = []): { command: string; args: string[] } {
+  return { command: process.execPath, args: [...nodeFlags, '--import', 'tsx', join(REPO_ROOT, entry), ...args] };
 }
 
 export async function startLocalStack(opts: LocalStackOptions): Promise<LocalStack> {
@@ -186,7 +205,10 @@ export async function startLocalStack(opts: LocalStackOptions): Promise<LocalSta
 
     const configPath = join(dir, 'coordinator.yaml');
     writeFileSync(configPath, coordinatorConfig(opts));
-    const service = tsNode('src/main.ts', ['--config', configPath]);
+    const profile = opts.cpuProfileDir ? ['--cpu-prof', `--cpu-prof-dir=${opts.cpuProfileDir}`] : [];
+    const service = opts.builtService
+      ? { command: process.execPath, args: [...profile, join(REPO_ROOT, 'dist', 'src', 'main.js'), '--config', configPath] }
+      : tsNode('src/main.ts', ['--config', configPath], profile);
     children.push(
       await startChild({
         name: 'epd-coordinator',
