@@ -3,11 +3,12 @@
  *
  * grpc-js serves with Node's defaults: 64 KiB per stream and per connection. Envoy may then send
  * only 64 KiB of a request body before it must wait for our WINDOW_UPDATE, so a 20 MB body crosses
- * loopback in some 300 round trips. With the windows below, the coordinator's own share of the
- * latency it adds to a 20 MB generate request fell from about 240 ms to about 150 ms
- * (`npm run bench -- large-body`, own_added_p50_ms). They mirror what envoy/ grants the coordinator
- * in the other direction (16 MiB per stream, 64 MiB per connection); what one Envoy connection can
- * make us hold unread is bounded by the connection window.
+ * loopback in some 300 round trips. With 4 MiB per stream and 16 MiB per connection, the
+ * coordinator's own share of the latency it adds to a 20 MB generate request fell from about 195 ms
+ * to about 135 ms (`npm run bench -- large-body`, own_added_p50_ms), for a peak RSS about 0.6 x the
+ * body higher; 16 / 64 MiB measured no faster and lets one Envoy connection make us hold four times
+ * as much unread. The same sizes as the EnvoyExtensionPolicy grants the coordinator in the other
+ * direction (config/k8s).
  *
  * grpc-js has no option for either window, so each session is tuned as it opens, through a hook on
  * grpc-js's (private) `createHttp2Server`. Should a grpc-js release drop that method, the server
@@ -16,8 +17,8 @@
 import type * as http2 from 'node:http2';
 import * as grpc from '@grpc/grpc-js';
 
-export const STREAM_WINDOW_BYTES = 16 * 1024 * 1024;
-export const CONNECTION_WINDOW_BYTES = 64 * 1024 * 1024;
+export const STREAM_WINDOW_BYTES = 4 * 1024 * 1024;
+export const CONNECTION_WINDOW_BYTES = 16 * 1024 * 1024;
 
 interface Http2ServerFactory {
   createHttp2Server(this: grpc.Server, credentials: grpc.ServerCredentials): http2.Http2Server;

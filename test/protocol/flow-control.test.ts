@@ -1,5 +1,5 @@
 /**
- * The ext_proc server lets Envoy send 16 MiB per stream and 64 MiB per connection before waiting
+ * The ext_proc server lets Envoy send 4 MiB per stream and 16 MiB per connection before waiting
  * for a WINDOW_UPDATE (Node's default is 64 KiB for both, which made large bodies crawl). This is
  * what an HTTP/2 peer such as Envoy sees, checked with a raw HTTP/2 client.
  */
