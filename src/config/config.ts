@@ -39,6 +39,10 @@ export interface AppConfig {
     readonly kvConnector: string | undefined;
     readonly ecConnector: string | undefined;
     readonly useOpenaiFormat: boolean;
+    /** `pipeline.dp_size`; 0 = not handed to the steps. */
+    readonly dpSize: number;
+    /** `pipeline.kv_connector_params` (a map; empty or absent = undefined), validated by the KV connector. */
+    readonly kvConnectorParams: Record<string, unknown> | undefined;
     readonly steps: readonly StepConfig[];
   };
   /** Unknown keys and inert upstream keys, to log at start-up. */
@@ -69,6 +73,7 @@ for (const spec of KEYS) {
   (KNOWN_SECTIONS[section] ??= new Set()).add(spec.key.slice(dot + 1));
 }
 KNOWN_SECTIONS['pipeline']!.add('steps');
+KNOWN_SECTIONS['pipeline']!.add('kv_connector_params');
 
 function isMap(v: unknown): v is Record<string, unknown> {
   return typeof v === 'object' && v !== null && !Array.isArray(v);
@@ -258,10 +263,19 @@ export function parseConfig(doc: unknown, env: NodeJS.ProcessEnv = process.env):
       kvConnector: kv === '' ? undefined : kv,
       ecConnector: ec === '' ? undefined : ec,
       useOpenaiFormat: get<boolean>('pipeline.use_openai_format'),
+      dpSize: get<number>('pipeline.dp_size'),
+      kvConnectorParams: parseKvConnectorParams(pipelineDoc['kv_connector_params']),
       steps: parseSteps(pipelineDoc['steps']),
     },
     warnings,
   };
+}
+
+/** `pipeline.kv_connector_params`: a map or nothing; its keys are the connector's to judge. */
+function parseKvConnectorParams(raw: unknown): Record<string, unknown> | undefined {
+  if (raw === undefined || raw === null) return undefined;
+  if (!isMap(raw)) throw new ConfigError('pipeline.kv_connector_params', 'a map', raw);
+  return Object.keys(raw).length === 0 ? undefined : raw;
 }
 
 /** Reads and parses a YAML config file; a missing or unparsable file is a {@link ConfigError}. */

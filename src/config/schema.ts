@@ -40,5 +40,6 @@ export const KEYS: readonly KeySpec[] = [
   { key: 'gateway.idle_conn_timeout', type: 'duration', default: '90s', doc: 'How long an idle gateway connection is kept.' },
   { key: 'pipeline.kv_connector', type: 'string', default: undefined, doc: 'KV connector injected into every step: kv-shared-storage (default), kv-nixl, kv-sglang.' },
   { key: 'pipeline.ec_connector', type: 'string', default: undefined, doc: 'EC connector injected into every step: ec-shared-storage (default), ec-nixl.' },
+  { key: 'pipeline.dp_size', type: 'int', default: 1, min: 0, doc: 'Data-parallel engine ranks behind each prefill and decode pool, handed to every step as `dp_size` unless the step sets its own (0 hands nothing). Only kv-nixl uses it: above 1, prefill and decode get `x-data-parallel-rank`.' },
   { key: 'pipeline.use_openai_format', type: 'bool', default: true, doc: 'false sends the tokens-in `/inference/v1/generate` format to encode and prefill; requires a render step.' },
 ];

@@ -7,12 +7,18 @@ export interface PipelineSettings {
   readonly kvConnector: string | undefined;
   readonly ecConnector: string | undefined;
   readonly useOpenaiFormat: boolean;
+  /** Handed to every step as `dp_size` unless it sets its own; 0 or absent hands nothing. */
+  readonly dpSize?: number;
+  /** Handed to every step that names no connector and no params of its own. */
+  readonly kvConnectorParams?: Record<string, unknown>;
   readonly steps: readonly StepConfig[];
 }
 
 /**
- * Builds the ordered step list. As upstream, the pipeline-level `kv_connector`, `ec_connector` and
- * `use_openai_format` are injected into every step's params unless the step sets its own.
+ * Builds the ordered step list. As upstream, the pipeline-level `kv_connector`, `ec_connector`,
+ * `use_openai_format` and `dp_size` are injected into every step's params unless the step sets its
+ * own. `kv_connector_params` belongs to the pipeline's connector: a step that names its own
+ * `kv_connector` does not inherit it, and a step's own map replaces it.
  */
 export function buildPipeline(settings: PipelineSettings, registry: StepRegistry, deps: StepDeps): Step[] {
   if (!settings.useOpenaiFormat && !settings.steps.some((s) => s.type === 'render')) {
@@ -36,6 +42,10 @@ export function buildPipeline(settings: PipelineSettings, registry: StepRegistry
     if (settings.kvConnector && params['kv_connector'] === undefined) params['kv_connector'] = settings.kvConnector;
     if (settings.ecConnector && params['ec_connector'] === undefined) params['ec_connector'] = settings.ecConnector;
     if (params['use_openai_format'] === undefined) params['use_openai_format'] = settings.useOpenaiFormat;
+    if (settings.dpSize && params['dp_size'] === undefined) params['dp_size'] = settings.dpSize;
+    if (settings.kvConnectorParams && cfg.params['kv_connector'] === undefined && params['kv_connector_params'] === undefined) {
+      params['kv_connector_params'] = settings.kvConnectorParams;
+    }
     try {
       return registry.build(cfg.type, params, deps, i);
     } catch (err) {
