@@ -20,13 +20,13 @@ import { buildConcurrentKvConnector, type ConcurrentKvConnector } from '../conne
 import type { EcConnector } from '../connectors/ec';
 import { buildEcConnector } from '../connectors/ec';
 import { requireGateway } from './gateway-required';
-import { buildPrefillBody } from './prefill';
 import {
   CONTENT_TYPE_JSON,
   HEADER_CONTENT_TYPE,
   HEADER_EPP_PROFILE,
   HEADER_REQUEST_ID,
   buildMmFeatures,
+  buildPrefillBody,
   dropTransferParams,
   gatewayLegHeaders,
   injectImageUuids,

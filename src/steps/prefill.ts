@@ -2,7 +2,7 @@
  * `prefill` (reference §3.5): one single-token, non-streaming request through the gateway to a
  * prefill worker, whose answer carries the KV-cache location decode will pull from.
  */
-import type { JsonObject, RequestContext } from '../pipeline/context';
+import type { RequestContext } from '../pipeline/context';
 import { TransportError, UpstreamError } from '../pipeline/errors';
 import { ParamReader } from '../pipeline/params';
 import type { Step, StepDeps, StepFactory, StepParams } from '../pipeline/step';
@@ -12,20 +12,7 @@ import { buildKvConnector } from '../connectors/kv';
 import type { EcConnector } from '../connectors/ec';
 import { buildEcConnector } from '../connectors/ec';
 import { requireGateway } from './gateway-required';
-import {
-  buildMmFeatures,
-  capSingleTokenOutput,
-  coerceParamsMap,
-  decodeFirstJsonValue,
-  dropTransferParams,
-  gatewayLegHeaders,
-  isJsonObject,
-  jsonTypeName,
-  pathForFormat,
-  resolveFormat,
-  setGenerateTransferParams,
-} from './wire';
-import type { WireFormat } from './wire';
+import { buildPrefillBody, coerceParamsMap, decodeFirstJsonValue, gatewayLegHeaders, isJsonObject, jsonTypeName, pathForFormat, resolveFormat } from './wire';
 
 export const PREFILL_STEP = 'prefill';
 
@@ -33,61 +20,6 @@ export const PREFILL_STEP = 'prefill';
 export const DEFAULT_PREFILL_RETRIES = 1;
 /** More attempts only multiply the wait of a request that is failing anyway. */
 const MAX_PREFILL_RETRIES = 3;
-
-function nonEmpty(o: Record<string, unknown>): boolean {
-  for (const _ in o) return true;
-  return false;
-}
-
-/**
- * The prefill body in the resolved format. Never mutates the client body. `kv` null leaves
- * `kv_transfer_params` out entirely (the `prefill-decode` step's connectors carry their transfer
- * fields at the top level instead).
- */
-export function buildPrefillBody(
-  ctx: RequestContext,
-  format: WireFormat,
-  kv: Record<string, unknown> | null,
-  ec: Record<string, unknown>,
-): JsonObject {
-  const features = buildMmFeatures(ctx.multimodalEntries, true);
-  switch (format) {
-    case 'chat': {
-      // A shallow copy is enough: capSingleTokenOutput only touches top-level keys for chat.
-      const body: JsonObject = { ...ctx.body };
-      capSingleTokenOutput(body, format);
-      const tokens: JsonObject = { token_ids: ctx.tokenIds };
-      if (features) tokens['features'] = { mm_hashes: features.mm_hashes, mm_placeholders: features.mm_placeholders };
-      body['tokens'] = tokens;
-      // Transfer params are ours to set: a client's own would point the worker at a peer of
-      // its choosing.
-      dropTransferParams(body);
-      if (kv) body['kv_transfer_params'] = kv;
-      if (nonEmpty(ec)) body['ec_transfer_params'] = ec;
-      return body;
-    }
-    case 'completions': {
-      // A fresh body: client sampling fields are not carried to prefill (Q4).
-      const prompt = ctx.tokenIds && ctx.tokenIds.length > 0 ? ctx.tokenIds : (ctx.body['prompt'] ?? null);
-      const body: JsonObject = { request_id: ctx.requestId, model: ctx.model, prompt };
-      if (kv) body['kv_transfer_params'] = kv;
-      capSingleTokenOutput(body, format);
-      if (features) body['features'] = features;
-      if (nonEmpty(ec)) body['ec_transfer_params'] = ec;
-      return body;
-    }
-    case 'generate': {
-      // A fresh body: the client's sampling_params are not carried (Q3); vLLM's generate
-      // endpoint reads transfer params only from sampling_params.extra_args.
-      const body: JsonObject = { request_id: ctx.requestId, token_ids: ctx.tokenIds, model: ctx.model };
-      const sampling = capSingleTokenOutput(body, format);
-      if (kv || nonEmpty(ec)) setGenerateTransferParams(sampling, kv, ec);
-      if (!kv && isJsonObject(sampling['extra_args'])) delete (sampling['extra_args'] as JsonObject)['kv_transfer_params'];
-      if (features) body['features'] = features;
-      return body;
-    }
-  }
-}
 
 /** The side-call client refused the request itself (nothing was sent): another attempt fails the same way. */
 const LOCAL_REFUSAL = /UND_ERR_(INVALID_ARG|NOT_SUPPORTED)|response body too large/;

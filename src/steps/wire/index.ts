@@ -9,3 +9,4 @@ export * from './generate-input';
 export * from './render-response';
 export * from './headers';
 export * from './image-uuids';
+export * from './prefill-body';
