@@ -15,7 +15,8 @@ import { EnvoyClient, headerEntries } from './envoy-client';
 import { eventually, respond, ScriptedHandler } from './fake-handler';
 import { chatHeaders, NS } from './harness';
 
-const IDLE_MS = 200;
+// Wide enough that a busy CI machine's event-loop stalls cannot fake an idle gap in the tests below.
+const IDLE_MS = 400;
 const FD = { requestBodyMode: 'FULL_DUPLEX_STREAMED' } as const;
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
@@ -50,7 +51,7 @@ describe('idle deadline (scripted handler)', () => {
     s.sendHeaders(chatHeaders(), FD);
     s.sendBody(Buffer.from('{"model":'), false);
     const ex = await handler.firstExchange();
-    expect(await ex.aborted.promise).toMatch(/nothing for 200 ms/);
+    expect(await ex.aborted.promise).toMatch(new RegExp(`nothing for ${IDLE_MS} ms`));
     expect((await s.status).code).toBe(grpc.status.DEADLINE_EXCEEDED);
     expect(await s.rest()).toEqual([]);
     await eventually(() => server.activeStreams() === 0, 'the idle stream released');
@@ -71,9 +72,9 @@ describe('idle deadline (scripted handler)', () => {
     const s = client.open();
     s.sendHeaders(chatHeaders(), FD);
     const parts = ['{"model":"m",', '"a":1,', '"b":2,', '"c":3,', '"d":4,', '"e":5,', '"f":6}'];
-    // 7 x 80 ms: well past the 200 ms deadline in all, never 200 ms without a message.
+    // 7 x 100 ms: well past the 400 ms deadline in all, never 400 ms without a message.
     for (let i = 0; i < parts.length; i++) {
-      await sleep(IDLE_MS * 0.4);
+      await sleep(IDLE_MS * 0.25);
       s.sendBody(Buffer.from(parts[i]!), i === parts.length - 1);
     }
     const head = await s.next();

@@ -92,13 +92,11 @@ describe('a side call with a total bound', () => {
   it('is cut off with a timeout when the body trickles past it, even across collections', async () => {
     const client = new PooledSideCallClient(url, { maxIdleConns: 1, idleTimeoutMs: 1000 });
     try {
-      const started = performance.now();
       const err = await underGcPressure(() =>
         client.post('/v1/completions', {}, '{}', { step: 'prefill', signal: new AbortController().signal, headersTimeoutMs: 300, totalTimeoutMs: 400 }).catch((e: unknown) => e),
       );
       expect(err).toBeInstanceOf(TransportError);
       expect((err as TransportError).timedOut).toBe(true);
-      expect(performance.now() - started).toBeLessThan(2500);
     } finally {
       await client.close();
     }
