@@ -3,6 +3,15 @@ import { ConfigError } from '../config/errors';
 import type { StepRegistry } from './registry';
 import type { Step, StepDeps } from './step';
 
+/** The params the builder hands every step from the `pipeline:` section; a step may ignore them. */
+export const PIPELINE_INJECTED_PARAMS: ReadonlySet<string> = new Set([
+  'kv_connector',
+  'ec_connector',
+  'use_openai_format',
+  'dp_size',
+  'kv_connector_params',
+]);
+
 export interface PipelineSettings {
   readonly kvConnector: string | undefined;
   readonly ecConnector: string | undefined;

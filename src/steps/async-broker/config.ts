@@ -4,6 +4,7 @@
  * any level are rejected. Every error is a {@link ConfigError} naming the key.
  */
 import { ConfigError } from '../../config/errors';
+import { PIPELINE_INJECTED_PARAMS } from '../../pipeline/builder';
 import type { StepParams } from '../../pipeline/step';
 import { parseRedisUrl, RedisUrlError, type RedisTarget } from './redis-url';
 
@@ -74,8 +75,6 @@ export const BUILTIN_DEFAULT_SECONDS: Readonly<Record<QueuedMode, number>> = { w
 export const DEFAULT_QUOTA_WINDOW_SECONDS = 300;
 export const DEFAULT_FETCH_GRACE_SECONDS = 60;
 
-/** Keys the pipeline builder injects into every step's params; this step ignores them. */
-const INJECTED = new Set(['kv_connector', 'ec_connector', 'use_openai_format']);
 const TOP_LEVEL = new Set([
   'redis_url',
   'mode_header',
@@ -233,7 +232,8 @@ function parseForwardHeaders(v: unknown, banned: readonly string[]): string[] {
 
 export function parseAsyncBrokerConfig(params: StepParams): AsyncBrokerConfig {
   const p: Obj = {};
-  for (const [k, v] of Object.entries(params)) if (!INJECTED.has(k)) p[k] = v;
+  // The pipeline's own settings reach every step; this one has no use for them.
+  for (const [k, v] of Object.entries(params)) if (!PIPELINE_INJECTED_PARAMS.has(k)) p[k] = v;
   rejectUnknown('', p, TOP_LEVEL);
 
   const redisUrl = str('redis_url', p['redis_url'], '');

@@ -109,3 +109,22 @@ describe('pipeline.kv_connector_params', () => {
     expect(() => buildPipeline(settings, registry, td.deps)).not.toThrow();
   });
 });
+
+describe('steps that take no connector', () => {
+  it('accept the pipeline settings handed to every step (async-broker checks its params strictly)', () => {
+    const cfg = parseConfig(
+      {
+        gateway: { address: gateway.url },
+        pipeline: {
+          kv_connector: 'kv-sglang',
+          dp_size: 2,
+          kv_connector_params: { bootstrap_port: 9100 },
+          steps: [{ type: 'async-broker', params: { redis_url: 'redis://127.0.0.1:9/0' } }, { type: 'render', params: { address: gateway.url } }, { type: 'prefill-decode' }],
+        },
+      },
+      {},
+    );
+    const steps = buildPipeline(cfg.pipeline, registry, td.deps);
+    expect(steps.map((s) => s.type)).toEqual(['async-broker', 'render', 'prefill-decode']);
+  });
+});
