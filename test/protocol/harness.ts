@@ -1,6 +1,6 @@
 /** A real ext_proc server on 127.0.0.1 with a scripted handler, and an Envoy-like client. */
 import { randomBytes } from 'node:crypto';
-import { startExtProcServer, type ExtProcServer } from '../../src/extproc';
+import { startExtProcServer, type ExtProcServer, type ExtProcServerOptions } from '../../src/extproc';
 import type { FallbackBodyMode } from '../../src/extproc/body-mode';
 import { silentLogger } from '../../src/observability/logger';
 import { EnvoyClient } from './envoy-client';
@@ -15,7 +15,10 @@ export interface Harness {
   close(): Promise<void>;
 }
 
-export async function startHarness(fallbackBodyMode: FallbackBodyMode, maxBodyBytes = 64 * 1024 * 1024): Promise<Harness> {
+/** Server bounds a suite may set (defaults: the server's own). */
+export type HarnessBounds = Pick<ExtProcServerOptions, 'streamIdleTimeoutMs' | 'maxRequestHeaders'>;
+
+export async function startHarness(fallbackBodyMode: FallbackBodyMode, maxBodyBytes = 64 * 1024 * 1024, bounds: HarnessBounds = {}): Promise<Harness> {
   const handler = new ScriptedHandler();
   const server = await startExtProcServer({
     address: '127.0.0.1:0',
@@ -24,6 +27,7 @@ export async function startHarness(fallbackBodyMode: FallbackBodyMode, maxBodyBy
     metadataNamespace: NS,
     fallbackBodyMode,
     log: silentLogger(),
+    ...bounds,
   });
   const client = new EnvoyClient(server.port);
   return {

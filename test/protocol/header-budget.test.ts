@@ -11,7 +11,6 @@ import { AlwaysOnSampler, InMemorySpanExporter } from '@opentelemetry/sdk-trace-
 import { startSimulator, type Simulator } from '../../sim/simulator';
 import { parseConfig } from '../../src/config/config';
 import { ConfigError } from '../../src/config/errors';
-import { startExtProcServer, type ExtProcServer } from '../../src/extproc';
 import {
   DEFAULT_MAX_REQUEST_HEADERS,
   exceedsHeaderBudget,
@@ -24,7 +23,7 @@ import { silentLogger } from '../../src/observability/logger';
 import { startService, type RunningService } from '../../src/service';
 import { EnvoyClient, headerEntries, structToJson, type EnvoyStream, type ProcessingResponseMsg } from './envoy-client';
 import { ScriptedHandler } from './fake-handler';
-import { NS } from './harness';
+import { NS, startHarness, type Harness } from './harness';
 
 const PSEUDO: Array<[string, string]> = [
   [':method', 'POST'],
@@ -72,25 +71,14 @@ describe('the count (exceedsHeaderBudget)', () => {
 describe('at request_headers (scripted handler)', () => {
   const LIMIT = 20;
   const ALLOWED = LIMIT - MAX_FORWARD_ADDED_HEADERS;
-  let server: ExtProcServer;
+  let h: Harness;
   let client: EnvoyClient;
-  const handler = new ScriptedHandler();
+  let handler: ScriptedHandler;
   beforeAll(async () => {
-    server = await startExtProcServer({
-      address: '127.0.0.1:0',
-      handler,
-      maxBodyBytes: 1024 * 1024,
-      metadataNamespace: NS,
-      fallbackBodyMode: 'full_duplex',
-      maxRequestHeaders: LIMIT,
-      log: silentLogger(),
-    });
-    client = new EnvoyClient(server.port);
+    h = await startHarness('full_duplex', 1024 * 1024, { maxRequestHeaders: LIMIT });
+    ({ client, handler } = h);
   });
-  afterAll(async () => {
-    client.close();
-    await server.shutdown(500);
-  });
+  afterAll(() => h.close());
   beforeEach(() => handler.reset(() => ({})));
 
   async function send(list: Array<[string, string]>, mode: 'FULL_DUPLEX_STREAMED' | 'BUFFERED'): Promise<{ first: ProcessingResponseMsg; s: EnvoyStream }> {

@@ -8,12 +8,12 @@ import * as grpc from '@grpc/grpc-js';
 import { startSimulator, type Simulator } from '../../sim/simulator';
 import { parseConfig } from '../../src/config/config';
 import { ConfigError } from '../../src/config/errors';
-import { startExtProcServer, type ExtProcServer } from '../../src/extproc';
+import type { ExtProcServer } from '../../src/extproc';
 import { silentLogger } from '../../src/observability/logger';
 import { startService, type RunningService } from '../../src/service';
 import { EnvoyClient, headerEntries } from './envoy-client';
 import { eventually, respond, ScriptedHandler } from './fake-handler';
-import { chatHeaders, NS } from './harness';
+import { chatHeaders, startHarness, type Harness } from './harness';
 
 // Wide enough that a busy CI machine's event-loop stalls cannot fake an idle gap in the tests below.
 const IDLE_MS = 400;
@@ -21,26 +21,16 @@ const FD = { requestBodyMode: 'FULL_DUPLEX_STREAMED' } as const;
 const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 describe('idle deadline (scripted handler)', () => {
+  let h: Harness;
   let server: ExtProcServer;
   let client: EnvoyClient;
-  const handler = new ScriptedHandler();
+  let handler: ScriptedHandler;
 
   beforeAll(async () => {
-    server = await startExtProcServer({
-      address: '127.0.0.1:0',
-      handler,
-      maxBodyBytes: 1024 * 1024,
-      metadataNamespace: NS,
-      fallbackBodyMode: 'full_duplex',
-      streamIdleTimeoutMs: IDLE_MS,
-      log: silentLogger(),
-    });
-    client = new EnvoyClient(server.port);
+    h = await startHarness('full_duplex', 1024 * 1024, { streamIdleTimeoutMs: IDLE_MS });
+    ({ server, client, handler } = h);
   });
-  afterAll(async () => {
-    client.close();
-    await server.shutdown(500);
-  });
+  afterAll(() => h.close());
   afterEach(async () => {
     await eventually(() => server.activeStreams() === 0, 'no stream in flight after the test');
   });
@@ -147,18 +137,9 @@ describe('idle deadline (scripted handler)', () => {
 
 describe('idle deadline: off', () => {
   it('0 never ends a silent stream', async () => {
-    const handler = new ScriptedHandler();
+    const h = await startHarness('full_duplex', 1024 * 1024, { streamIdleTimeoutMs: 0 });
+    const { server, client, handler } = h;
     handler.reset(() => ({}));
-    const server = await startExtProcServer({
-      address: '127.0.0.1:0',
-      handler,
-      maxBodyBytes: 1024 * 1024,
-      metadataNamespace: NS,
-      fallbackBodyMode: 'full_duplex',
-      streamIdleTimeoutMs: 0,
-      log: silentLogger(),
-    });
-    const client = new EnvoyClient(server.port);
     try {
       const s = client.open();
       s.sendHeaders(chatHeaders(), FD);
@@ -169,8 +150,7 @@ describe('idle deadline: off', () => {
       s.cancel();
       await s.status;
     } finally {
-      client.close();
-      await server.shutdown(500);
+      await h.close();
     }
   });
 });
