@@ -14,35 +14,18 @@
  */
 import type { Metadata } from '../pipeline/decision';
 import { errorBody } from '../pipeline/errors';
+import { FORWARD_CONFIGURABLE_HEADERS, FORWARD_STAMPED_HEADERS } from '../pipeline/forward-headers';
 import { INFERENCE_PATHS } from '../pipeline/handler';
 import { MAX_DECODED_HEADERS } from './headers';
 import type { HeaderMapIn } from './wire';
 
 /**
- * Every header a forward decision can set on the request Envoy forwards, by fixed name:
- * - `epp-profile`, `x-request-id`, `content-type`: the decode and prefill-decode steps' forward
- *   (`ctx.decode.headers`; Envoy's strip-routing-headers filter removes a client `epp-profile`);
- * - `content-length`: the BUFFERED body reply's exact length (responses.ts), absent when the client
- *   sent its body chunked;
- * - `traceparent`: the step span, stamped by tracing (observability/tracing.ts);
- * - `x-data-parallel-rank`: kv-nixl with `dp_size` > 1 (connectors/kv/nixl.ts, via prefill).
- * A name the client already sent is replaced, not added.
- * test/protocol/header-budget.test.ts fails when a new header is stamped without being listed here.
+ * Every header our final mutation can set, by fixed name: the pipeline's forward headers, and
+ * `content-length`, which this layer sets on a BUFFERED body reply (responses.ts; absent when the
+ * client sent its body chunked). A name the client already sent is replaced, not added.
+ * test/protocol/header-budget.test.ts fails when a new header is stamped without being listed.
  */
-export const FORWARD_HEADER_NAMES: readonly string[] = [
-  'epp-profile',
-  'x-request-id',
-  'content-type',
-  'content-length',
-  'traceparent',
-  'x-data-parallel-rank',
-];
-
-/**
- * Headers the forward can set whose names are configurable, so never known to be present: the
- * async-broker's objective and fairness headers (`objective_header`, `fairness_header`).
- */
-export const FORWARD_CONFIGURABLE_HEADERS = 2;
+export const FORWARD_HEADER_NAMES: readonly string[] = [...FORWARD_STAMPED_HEADERS, 'content-length'];
 
 /** The most headers our final mutation can add to a request that has none of them. */
 export const MAX_FORWARD_ADDED_HEADERS = FORWARD_HEADER_NAMES.length + FORWARD_CONFIGURABLE_HEADERS;

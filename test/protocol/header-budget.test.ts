@@ -14,11 +14,11 @@ import { ConfigError } from '../../src/config/errors';
 import {
   DEFAULT_MAX_REQUEST_HEADERS,
   exceedsHeaderBudget,
-  FORWARD_CONFIGURABLE_HEADERS,
   FORWARD_HEADER_NAMES,
   MAX_FORWARD_ADDED_HEADERS,
 } from '../../src/extproc/header-budget';
 import type { HeaderMapIn } from '../../src/extproc/wire';
+import { FORWARD_CONFIGURABLE_HEADERS } from '../../src/pipeline/forward-headers';
 import { silentLogger } from '../../src/observability/logger';
 import { startService, type RunningService } from '../../src/service';
 import { EnvoyClient, headerEntries, structToJson, type EnvoyStream, type ProcessingResponseMsg } from './envoy-client';
@@ -253,8 +253,8 @@ describe('every header the forward can add is counted', () => {
       for (const m of text.matchAll(/setHeaders: (\{[^}\n]*\})/g)) sites.push(`${file} setHeaders ${m[1]}`);
     };
     walk(root);
-    // A new entry here means a new header on the forwarded request: add it to FORWARD_HEADER_NAMES
-    // (or FORWARD_CONFIGURABLE_HEADERS) in src/extproc/header-budget.ts, then to this list.
+    // A new entry here means a new header on the forwarded request: add it to
+    // (FORWARD_STAMPED_HEADERS or FORWARD_CONFIGURABLE_HEADERS in src/pipeline/forward-headers.ts), then to this list.
     expect(sites.sort()).toEqual(
       [
         'connectors/kv/nixl.ts decodeHeaders HEADER_DATA_PARALLEL_RANK', // x-data-parallel-rank
