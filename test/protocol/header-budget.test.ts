@@ -253,8 +253,8 @@ describe('every header the forward can add is counted', () => {
       for (const m of text.matchAll(/setHeaders: (\{[^}\n]*\})/g)) sites.push(`${file} setHeaders ${m[1]}`);
     };
     walk(root);
-    // A new entry here means a new header on the forwarded request: add it to
-    // (FORWARD_STAMPED_HEADERS or FORWARD_CONFIGURABLE_HEADERS in src/pipeline/forward-headers.ts), then to this list.
+    // A new entry here means a new header on the forwarded request: add it to FORWARD_STAMPED_HEADERS
+    // or FORWARD_CONFIGURABLE_HEADERS (src/pipeline/forward-headers.ts), then to this list.
     expect(sites.sort()).toEqual(
       [
         'connectors/kv/nixl.ts decodeHeaders HEADER_DATA_PARALLEL_RANK', // x-data-parallel-rank
