@@ -35,11 +35,10 @@ export function coerceParamsMap(v: unknown, label: string, log: Logger): Record<
 }
 
 /** The transfer-params fields a worker acts on: where to pull KV blocks and encoder outputs from. */
-export const TRANSFER_PARAMS_FIELDS = ['kv_transfer_params', 'ec_transfer_params'] as const;
-export type TransferParamsField = (typeof TRANSFER_PARAMS_FIELDS)[number];
+const TRANSFER_PARAMS_FIELDS = ['kv_transfer_params', 'ec_transfer_params'] as const;
 
 /**
- * Removes `fields` from a body bound for a worker, wherever a worker reads them: the top level
+ * Removes both fields from a body bound for a worker, wherever a worker reads them: the top level
  * (chat, completions, and generate in newer vLLM) and `sampling_params.extra_args` (generate).
  * They are the coordinator's to set: a client's own would point the worker at a NIXL peer (or KV
  * source) of the client's choosing.
@@ -48,13 +47,13 @@ export type TransferParamsField = (typeof TRANSFER_PARAMS_FIELDS)[number];
  * fields is replaced by a copy without it, so a shallow copy of the client body can be cleaned
  * without touching the client's.
  */
-export function dropTransferParams(body: JsonObject, fields: readonly TransferParamsField[] = TRANSFER_PARAMS_FIELDS): void {
-  for (const f of fields) delete body[f];
+export function dropTransferParams(body: JsonObject): void {
+  for (const f of TRANSFER_PARAMS_FIELDS) delete body[f];
   const sampling = body['sampling_params'];
   if (!isJsonObject(sampling)) return;
   const extra = sampling['extra_args'];
-  if (!isJsonObject(extra) || !fields.some((f) => Object.prototype.hasOwnProperty.call(extra, f))) return;
+  if (!isJsonObject(extra) || !TRANSFER_PARAMS_FIELDS.some((f) => Object.prototype.hasOwnProperty.call(extra, f))) return;
   const cleanExtra: JsonObject = { ...extra };
-  for (const f of fields) delete cleanExtra[f];
+  for (const f of TRANSFER_PARAMS_FIELDS) delete cleanExtra[f];
   body['sampling_params'] = { ...sampling, extra_args: cleanExtra };
 }
