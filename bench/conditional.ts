@@ -16,7 +16,8 @@
 import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { Agent, request } from 'undici';
-import { REPO_ROOT, type EnvoyBodyMode } from '../scripts/envoy-bootstrap';
+import { REPO_ROOT } from '../scripts/envoy-bootstrap';
+import { parseBenchArgs } from './args';
 import { buildService, freeStackPorts, startLocalStack } from '../scripts/local-stack';
 import { ensureEnvoy } from '../test/support/envoy';
 import { sleep } from '../test/support/ports';
@@ -24,62 +25,17 @@ import { machineDescription, round3, summarize, type Summary } from './stats';
 
 type Path = 'hit' | 'miss';
 
-interface Args {
-  requests: number;
-  warmup: number;
-  hitPrompts: number;
-  ttftMs: number;
-  itlMs: number;
-  maxSeconds: number;
-  bodyMode: EnvoyBodyMode;
-  out: string;
-}
+const INTS = {
+  requests: { flag: 'requests', default: 200, min: 1, max: 100_000 },
+  warmup: { flag: 'warmup', default: 10, min: 0, max: 10_000 },
+  hitPrompts: { flag: 'hit-prompts', default: 20, min: 1, max: 1000 },
+  ttftMs: { flag: 'ttft-ms', default: 50, min: 0, max: 10_000 },
+  itlMs: { flag: 'itl-ms', default: 10, min: 0, max: 1000 },
+  maxSeconds: { flag: 'max-seconds', default: 240, min: 1, max: 3600 },
+} as const;
 
-const LIMITS = { requests: 100_000, warmup: 10_000, hitPrompts: 1000, ttftMs: 10_000, itlMs: 1000, maxSeconds: 3600 };
-const USAGE = `usage: npm run bench -- conditional [--requests N (200)] [--warmup N (10)] [--hit-prompts N (20)]
-       [--ttft-ms MS (50)] [--itl-ms MS (10)] [--max-seconds S (240)] [--buffered] [--out FILE]`;
-
-function parseArgs(argv: string[]): Args {
-  const args: Args = {
-    requests: 200,
-    warmup: 10,
-    hitPrompts: 20,
-    ttftMs: 50,
-    itlMs: 10,
-    maxSeconds: 240,
-    bodyMode: 'full_duplex',
-    out: join(REPO_ROOT, 'bench', 'results', 'conditional.json'),
-  };
-  const int = (flag: keyof typeof LIMITS, v: string | undefined): number => {
-    const n = Number(v);
-    if (!Number.isInteger(n) || n < 0 || n > LIMITS[flag]) throw new Error(`--${flag}: expected an integer 0-${LIMITS[flag]}`);
-    return n;
-  };
-  for (let i = 0; i < argv.length; i++) {
-    const a = argv[i]!;
-    switch (a) {
-      case '--requests': args.requests = Math.max(1, int('requests', argv[++i])); break;
-      case '--warmup': args.warmup = int('warmup', argv[++i]); break;
-      case '--hit-prompts': args.hitPrompts = Math.max(1, int('hitPrompts', argv[++i])); break;
-      case '--ttft-ms': args.ttftMs = int('ttftMs', argv[++i]); break;
-      case '--itl-ms': args.itlMs = int('itlMs', argv[++i]); break;
-      case '--max-seconds': args.maxSeconds = Math.max(1, int('maxSeconds', argv[++i])); break;
-      case '--buffered': args.bodyMode = 'buffered'; break;
-      case '--out': {
-        const v = argv[++i];
-        if (!v) throw new Error('--out needs a file');
-        args.out = v;
-        break;
-      }
-      case '-h':
-      case '--help':
-        process.stdout.write(`${USAGE}\n`);
-        process.exit(0);
-      default:
-        throw new Error(`unexpected argument ${JSON.stringify(a)}\n${USAGE}`);
-    }
-  }
-  return args;
+function parseArgs(argv: readonly string[]) {
+  return parseBenchArgs(argv, 'conditional', join(REPO_ROOT, 'bench', 'results', 'conditional.json'), INTS);
 }
 
 /** Twelve words after a distinguishing first word: the echo simulator streams them back, one per token. */
@@ -172,6 +128,7 @@ async function main(): Promise<void> {
     simArgs: ['--time-to-first-token-ms', String(args.ttftMs), '--inter-token-latency-ms', String(args.itlMs)],
     flushIntervalMs: 200,
     say,
+    cpuProfileDir: args.cpuProfileDir,
   });
   const stopOnSignal = () => void stack.stop().then(() => process.exit(130));
   process.once('SIGINT', stopOnSignal);

@@ -16,7 +16,8 @@
  */
 import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { REPO_ROOT, type EnvoyBodyMode } from '../scripts/envoy-bootstrap';
+import { REPO_ROOT } from '../scripts/envoy-bootstrap';
+import { parseBenchArgs } from './args';
 import { buildService, freeStackPorts, startLocalStack } from '../scripts/local-stack';
 import { TestClient } from '../test/support/client';
 import { ensureEnvoy } from '../test/support/envoy';
@@ -24,30 +25,10 @@ import { machineDescription, round3, summarize } from './stats';
 
 const MB = 1_000_000;
 
-interface Args {
-  requests: number;
-  bodyMode: EnvoyBodyMode;
-  out: string;
-  cpuProfileDir?: string;
-}
-
-function parseArgs(argv: string[]): Args {
-  const args: Args = { requests: 12, bodyMode: 'full_duplex', out: join(REPO_ROOT, 'bench', 'results', 'large-body.json') };
-  for (let i = 0; i < argv.length; i++) {
-    const a = argv[i]!;
-    if (a === '--requests') {
-      const n = Number(argv[++i]);
-      if (!Number.isInteger(n) || n < 1 || n > 1000) throw new Error('--requests: expected an integer 1-1000');
-      args.requests = n;
-    } else if (a === '--buffered') args.bodyMode = 'buffered';
-    else if (a === '--out') args.out = argv[++i] ?? args.out;
-    else if (a === '--cpu-prof') args.cpuProfileDir = argv[++i];
-    else if (a === '--help' || a === '-h') {
-      process.stdout.write('usage: npm run bench -- large-body [--requests N (12)] [--buffered] [--out FILE] [--cpu-prof DIR (the coordinator\'s V8 CPU profile)]\n');
-      process.exit(0);
-    } else throw new Error(`unexpected argument ${JSON.stringify(a)}`);
-  }
-  return args;
+function parseArgs(argv: readonly string[]) {
+  return parseBenchArgs(argv, 'large-body', join(REPO_ROOT, 'bench', 'results', 'large-body.json'), {
+    requests: { flag: 'requests', default: 12, min: 1, max: 1000 },
+  });
 }
 
 /** A generate body of about `bytes`: 4096 token ids, one image whose kwargs_data fills the rest. */

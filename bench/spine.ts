@@ -9,7 +9,8 @@
  */
 import { mkdirSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { REPO_ROOT, type EnvoyBodyMode } from '../scripts/envoy-bootstrap';
+import { REPO_ROOT } from '../scripts/envoy-bootstrap';
+import { parseBenchArgs } from './args';
 import { buildService, freeStackPorts, startLocalStack } from '../scripts/local-stack';
 import { at, TestClient } from '../test/support/client';
 import { ensureEnvoy } from '../test/support/envoy';
@@ -17,67 +18,16 @@ import { machineDescription, round3, summarize, type Summary } from './stats';
 
 type Setup = 'direct' | 'service';
 
-interface Args {
-  requests: number;
-  warmup: number;
-  concurrency: number;
-  concurrentRequests: number;
-  maxSeconds: number;
-  bodyMode: EnvoyBodyMode;
-  out: string;
-  cpuProfileDir?: string;
-}
+const INTS = {
+  requests: { flag: 'requests', default: 400, min: 1, max: 100_000 },
+  warmup: { flag: 'warmup', default: 50, min: 0, max: 10_000 },
+  concurrency: { flag: 'concurrency', default: 8, min: 0, max: 256, note: '0 = skip' },
+  concurrentRequests: { flag: 'concurrent-requests', default: 400, min: 1, max: 100_000 },
+  maxSeconds: { flag: 'max-seconds', default: 240, min: 1, max: 3600 },
+} as const;
 
-const LIMITS = { requests: 100_000, warmup: 10_000, concurrency: 256, concurrentRequests: 100_000, maxSeconds: 3600 };
-const USAGE = `usage: npm run bench -- spine [--requests N (400)] [--warmup N (50)] [--concurrency C (8, 0 = skip)]
-       [--concurrent-requests N (400)] [--max-seconds S (240)] [--buffered] [--out FILE]
-       [--cpu-prof DIR (the coordinator's V8 CPU profile)]`;
-
-function parseArgs(argv: string[]): Args {
-  const args: Args = {
-    requests: 400,
-    warmup: 50,
-    concurrency: 8,
-    concurrentRequests: 400,
-    maxSeconds: 240,
-    bodyMode: 'full_duplex',
-    out: join(REPO_ROOT, 'bench', 'results', 'spine.json'),
-  };
-  const int = (flag: keyof typeof LIMITS, v: string | undefined): number => {
-    const n = Number(v);
-    if (!Number.isInteger(n) || n < 0 || n > LIMITS[flag]) throw new Error(`--${flag}: expected an integer 0-${LIMITS[flag]}`);
-    return n;
-  };
-  for (let i = 0; i < argv.length; i++) {
-    const a = argv[i]!;
-    switch (a) {
-      case '--requests': args.requests = Math.max(1, int('requests', argv[++i])); break;
-      case '--warmup': args.warmup = int('warmup', argv[++i]); break;
-      case '--concurrency': args.concurrency = int('concurrency', argv[++i]); break;
-      case '--concurrent-requests': args.concurrentRequests = int('concurrentRequests', argv[++i]); break;
-      case '--max-seconds': args.maxSeconds = Math.max(1, int('maxSeconds', argv[++i])); break;
-      case '--buffered': args.bodyMode = 'buffered'; break;
-      case '--cpu-prof': {
-        const v = argv[++i];
-        if (!v) throw new Error('--cpu-prof needs a directory');
-        args.cpuProfileDir = v;
-        break;
-      }
-      case '--out': {
-        const v = argv[++i];
-        if (!v) throw new Error('--out needs a file');
-        args.out = v;
-        break;
-      }
-      case '-h':
-      case '--help':
-        process.stdout.write(`${USAGE}\n`);
-        process.exit(0);
-      default:
-        throw new Error(`unexpected argument ${JSON.stringify(a)}\n${USAGE}`);
-    }
-  }
-  return args;
+function parseArgs(argv: readonly string[]) {
+  return parseBenchArgs(argv, 'spine', join(REPO_ROOT, 'bench', 'results', 'spine.json'), INTS);
 }
 
 const PROMPT = 'Summarise the benefits of disaggregated prefill and decode in two sentences.';

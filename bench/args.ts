@@ -1,0 +1,65 @@
+/**
+ * The command line every bench shares: integer flags with bounds, `--buffered`, `--out FILE`,
+ * `--cpu-prof DIR` (the coordinator's V8 CPU profile) and `--help`.
+ */
+import type { EnvoyBodyMode } from '../scripts/envoy-bootstrap';
+
+export interface IntFlag {
+  /** As typed, without the dashes: `requests`, `max-seconds`. */
+  readonly flag: string;
+  readonly default: number;
+  readonly min: number;
+  readonly max: number;
+  /** Shown in the usage after the default, e.g. `0 = skip`. */
+  readonly note?: string;
+}
+
+export interface CommonBenchArgs {
+  bodyMode: EnvoyBodyMode;
+  out: string;
+  cpuProfileDir?: string;
+}
+
+const COMMON_USAGE = '[--buffered] [--out FILE] [--cpu-prof DIR (the coordinator\'s V8 CPU profile)]';
+
+/** `npm run bench -- <suite> [--requests N (400)] ... [--buffered] [--out FILE] [--cpu-prof DIR]`. */
+export function benchUsage(suite: string, ints: Readonly<Record<string, IntFlag>>): string {
+  const own = Object.values(ints).map((f) => `[--${f.flag} N (${f.default}${f.note ? `, ${f.note}` : ''})]`);
+  return `usage: npm run bench -- ${suite} ${[...own, COMMON_USAGE].join(' ')}`;
+}
+
+export function parseBenchArgs<K extends string>(
+  argv: readonly string[],
+  suite: string,
+  defaultOut: string,
+  ints: Readonly<Record<K, IntFlag>>,
+): CommonBenchArgs & Record<K, number> {
+  const usage = benchUsage(suite, ints);
+  const args = { bodyMode: 'full_duplex', out: defaultOut } as CommonBenchArgs & Record<K, number>;
+  const byFlag = new Map<string, K>();
+  for (const key of Object.keys(ints) as K[]) {
+    (args as Record<K, number>)[key] = ints[key].default;
+    byFlag.set(`--${ints[key].flag}`, key);
+  }
+  const value = (flag: string, v: string | undefined): string => {
+    if (v === undefined || v === '') throw new Error(`${flag} needs a value\n${usage}`);
+    return v;
+  };
+  for (let i = 0; i < argv.length; i++) {
+    const a = argv[i]!;
+    const key = byFlag.get(a);
+    if (key !== undefined) {
+      const { min, max } = ints[key];
+      const n = Number(value(a, argv[++i]));
+      if (!Number.isInteger(n) || n < min || n > max) throw new Error(`${a}: expected an integer ${min}-${max}`);
+      (args as Record<K, number>)[key] = n;
+    } else if (a === '--buffered') args.bodyMode = 'buffered';
+    else if (a === '--out') args.out = value(a, argv[++i]);
+    else if (a === '--cpu-prof') args.cpuProfileDir = value(a, argv[++i]);
+    else if (a === '--help' || a === '-h') {
+      process.stdout.write(`${usage}\n`);
+      process.exit(0);
+    } else throw new Error(`unexpected argument ${JSON.stringify(a)}\n${usage}`);
+  }
+  return args;
+}
