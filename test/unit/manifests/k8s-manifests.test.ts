@@ -252,6 +252,9 @@ const crdTitle = 'custom resources against the CRD schemas';
         expect(cat.validate(obj)).toEqual([]);
       });
     } else {
+      // Skipped only for an Envoy Gateway kind whose CRD is in neither ../shared/crds nor .tools/crds
+      // (npm test copies Envoy Gateway's CRDs there when Go is present, so CI validates every kind);
+      // the test above still requires such a kind to be Envoy Gateway's. The title says so.
       test.skip(`${label}: no ${obj.apiVersion} ${obj.kind} CRD here; run config/k8s/verify-egctl.sh to fetch Envoy Gateway's CRDs`, () => {});
     }
   }
