@@ -3,7 +3,9 @@ import { RequestContext, type JsonObject } from '../../../src/pipeline/context';
 import { sanitiseRequestId } from '../../../src/pipeline/request-id';
 import type { Route, StepDeps, StepResponse } from '../../../src/pipeline/step';
 import { silentLogger } from '../../../src/observability/logger';
+import type Redis from 'ioredis';
 import { asyncBrokerFactory, type AsyncBrokerStep } from '../../../src/steps/async-broker';
+import { RedisServer } from '../../support/redis';
 
 export interface Built {
   readonly step: AsyncBrokerStep;
@@ -92,3 +94,24 @@ export async function respond(step: AsyncBrokerStep, ctx: RequestContext): Promi
 }
 
 export const sleep = (ms: number): Promise<void> => new Promise((r) => setTimeout(r, ms));
+
+/**
+ * A real Redis for the suite (one server per test file) and a client on it. After each test every
+ * step built with {@link build} is closed and the data flushed.
+ */
+export function useRedis(): { readonly server: RedisServer; readonly redis: Redis } {
+  const env = {} as { server: RedisServer; redis: Redis };
+  beforeAll(async () => {
+    env.server = await RedisServer.start();
+    env.redis = env.server.client();
+  });
+  afterEach(async () => {
+    await closeAll();
+    await env.redis.flushall();
+  });
+  afterAll(async () => {
+    env.redis.disconnect();
+    await env.server.destroy();
+  });
+  return env;
+}

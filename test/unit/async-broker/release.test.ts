@@ -3,29 +3,13 @@
  * pipeline has decided (the decode request is Envoy's from then on), the slot is released, so the next
  * request of a tenant at its limit is reserved again rather than overflow until the window ends.
  */
-import type Redis from 'ioredis';
-import { RedisServer } from '../../support/redis';
-import { build, closeAll, sleep } from './harness';
+import { build, sleep, useRedis } from './harness';
 import { PipelineHandler } from '../../../src/pipeline/handler';
 import type { ForwardDecision } from '../../../src/pipeline/decision';
 import type { Step } from '../../../src/pipeline/step';
 import { silentLogger } from '../../../src/observability/logger';
 
-let server: RedisServer;
-let redis: Redis;
-
-beforeAll(async () => {
-  server = await RedisServer.start();
-  redis = server.client();
-});
-afterEach(async () => {
-  await closeAll();
-  await redis.flushall();
-});
-afterAll(async () => {
-  redis.disconnect();
-  await server.destroy();
-});
+const db = useRedis();
 
 const decode: Step = {
   type: 'decode',
@@ -36,7 +20,7 @@ const decode: Step = {
 
 test('a limited tenant sending requests one after another is reserved every time', async () => {
   const { step } = build({
-    redis_url: server.url(),
+    redis_url: db.server.url(),
     wakeup_mode: 'poll',
     routes: [{ model: 'test-model', queue: 'q', tier: 'interactive' }],
     objectives: { interactive: { reserved: 'interactive-reserved', overflow: 'interactive-overflow' } },
@@ -51,7 +35,7 @@ test('a limited tenant sending requests one after another is reserved every time
     const d = (await ex.complete(body)) as ForwardDecision;
     seen.push(d.setHeaders['x-llm-d-inference-objective']!);
     // The release is a Redis call of its own; give it a moment before the next request.
-    for (let t = 0; t < 20 && (await redis.get('quota:userid:limited-team')) !== '0'; t++) await sleep(25);
+    for (let t = 0; t < 20 && (await db.redis.get('quota:userid:limited-team')) !== '0'; t++) await sleep(25);
   }
   expect(seen).toEqual(['interactive-reserved', 'interactive-reserved', 'interactive-reserved']);
 });

@@ -2,34 +2,16 @@
  * The step against a real Redis, following the upstream catalogue (async_broker_test.go in PR #2505
  * and asyncbroker/broker_test.go of the later revision): same harness settings, same assertions.
  */
-import type Redis from 'ioredis';
-import { RedisServer } from '../../support/redis';
-import { build, closeAll, json, request, respond, route, sleep, text } from './harness';
+import { build, json, request, respond, route, sleep, text, useRedis } from './harness';
 
-let server: RedisServer;
-let redis: Redis;
+const db = useRedis();
 
 const base = () => ({
-  redis_url: server.url(),
+  redis_url: db.server.url(),
   wakeup_mode: 'poll',
   routes: [{ model: 'test-model', queue: 'team-default-queue', tier: 'interactive' }],
   objectives: { interactive: { reserved: 'interactive-reserved', overflow: 'interactive-overflow' } },
   quota: { limits: { 'limited-team': 1 } },
-});
-
-beforeAll(async () => {
-  server = await RedisServer.start();
-  redis = server.client();
-});
-
-afterEach(async () => {
-  await closeAll();
-  await redis.flushall();
-});
-
-afterAll(async () => {
-  redis.disconnect();
-  await server.destroy();
 });
 
 const CHAT = { model: 'test-model', messages: [{ role: 'user', content: 'hello' }] };
@@ -42,7 +24,7 @@ describe('mode none (TestAsyncBrokerNoModeHeaderIsNoOp)', () => {
     expect(ctx.headers['x-llm-d-inference-fairness-id']).toBe('spoofed');
     expect(ctx.headers['x-llm-d-inference-objective']).toBe('mine');
     expect(ctx.stampedHeaders()).toEqual({});
-    expect(await redis.keys('*')).toEqual([]);
+    expect(await db.redis.keys('*')).toEqual([]);
   });
 
   test('an empty mode header is mode none', async () => {
@@ -65,7 +47,7 @@ describe('rejections (TestAsyncBrokerRejections)', () => {
     expect(r.status).toBe(400);
     expect(r.headers['content-type']).toBe('application/json');
     expect(text(r)).toBe(JSON.stringify({ error: { message, type: 'invalid_request_error', code: 'INVALID_REQUEST' } }) + '\n');
-    expect(await redis.keys('*')).toEqual([]);
+    expect(await db.redis.keys('*')).toEqual([]);
   });
 
   test('mode values are case-insensitive', async () => {
@@ -104,7 +86,7 @@ describe('enqueue (TestAsyncBrokerEnqueue)', () => {
     expect(r.headers).toEqual({ 'content-type': 'application/json', 'x-request-id': 'req-test-1' });
     expect(text(r)).toBe('{"id":"req-test-1","status":"pending"}\n');
 
-    const members = await redis.zrange('team-default-queue', 0, -1, 'WITHSCORES');
+    const members = await db.redis.zrange('team-default-queue', 0, -1, 'WITHSCORES');
     expect(members).toHaveLength(2);
     const env = JSON.parse(members[0]!) as { internal: Record<string, string>; data: Record<string, unknown> };
     expect(env.internal['result_queue_name']).toBe('results:req:team-a:req-test-1');
@@ -118,7 +100,7 @@ describe('enqueue (TestAsyncBrokerEnqueue)', () => {
     const deadline = env.data['deadline'] as number;
     expect(Math.abs(deadline - (before + 120))).toBeLessThanOrEqual(5);
     expect(Number(members[1])).toBe(deadline);
-    expect(await redis.exists('request-active:team-a:req-test-1')).toBe(1);
+    expect(await db.redis.exists('request-active:team-a:req-test-1')).toBe(1);
   });
 
   test('without a tenant header the tenant is "default"; an unrouted model goes to default_queue', async () => {
@@ -127,9 +109,9 @@ describe('enqueue (TestAsyncBrokerEnqueue)', () => {
     const r = await respond(step, ctx);
     expect(r.status).toBe(202);
     expect(json(r)).toEqual({ id: ctx.requestId, status: 'pending' });
-    const [member] = await redis.zrange('request-sortedset', 0, -1);
+    const [member] = await db.redis.zrange('request-sortedset', 0, -1);
     expect(JSON.parse(member!).data).toMatchObject({ id: `default:${ctx.requestId}`, endpoint: '/v1/completions', metadata: { userid: 'default' } });
-    expect(await redis.exists(`request-active:default:${ctx.requestId}`)).toBe(1);
+    expect(await db.redis.exists(`request-active:default:${ctx.requestId}`)).toBe(1);
   });
 
   test('an invalid client id is replaced by a UUID, which is what the client gets back', async () => {
@@ -145,14 +127,14 @@ describe('enqueue (TestAsyncBrokerEnqueue)', () => {
 describe('wait', () => {
   test('delivers a result already in the mailbox, then deletes it (TestAsyncBrokerWaitDeliversResult)', async () => {
     const { step } = build(base());
-    await redis.lpush('results:req:default:req-test-1', JSON.stringify({ id: 'default:req-test-1', status_code: 200, payload: '{"object":"chat.completion"}' }));
+    await db.redis.lpush('results:req:default:req-test-1', JSON.stringify({ id: 'default:req-test-1', status_code: 200, payload: '{"object":"chat.completion"}' }));
     const r = await respond(step, request({ headers: { 'X-AP-Mode': 'wait', 'x-request-id': 'req-test-1' }, body: CHAT }).ctx);
     expect(r.status).toBe(200);
     expect(r.headers).toEqual({ 'content-type': 'application/json', 'x-request-id': 'req-test-1' });
     expect(text(r)).toBe('{"object":"chat.completion"}');
-    expect(await redis.exists('results:req:default:req-test-1')).toBe(0);
+    expect(await db.redis.exists('results:req:default:req-test-1')).toBe(0);
     // Later revision: a retry re-attached to a stored result queues nothing.
-    expect(await redis.zcard('team-default-queue')).toBe(0);
+    expect(await db.redis.zcard('team-default-queue')).toBe(0);
   });
 
   test('the wait cap answers 202 pending and leaves the request queued (TestAsyncBrokerWaitCapFallsBackToPending)', async () => {
@@ -164,8 +146,8 @@ describe('wait', () => {
     expect(r.status).toBe(202);
     expect(text(r)).toBe('{"id":"capped-1","status":"pending"}\n');
     expect(r.headers['x-request-id']).toBe('capped-1');
-    expect(await redis.zcard('team-default-queue')).toBe(1);
-    expect(await redis.exists('request-active:default:capped-1')).toBe(1);
+    expect(await db.redis.zcard('team-default-queue')).toBe(1);
+    expect(await db.redis.exists('request-active:default:capped-1')).toBe(1);
   });
 
   test('the deadline answers 504 DEADLINE_EXCEEDED (TestAsyncBrokerWaitDeadlineAnswersTimeout)', async () => {
@@ -191,7 +173,7 @@ describe('wait', () => {
     const { ctx } = request({ headers: { 'X-AP-Mode': 'wait', 'x-request-id': 'soon-1' }, body: CHAT });
     const pending = respond(step, ctx);
     await sleep(300);
-    await redis.lpush('results:req:default:soon-1', JSON.stringify({ id: 'default:soon-1', status_code: 201, payload: 'done' }));
+    await db.redis.lpush('results:req:default:soon-1', JSON.stringify({ id: 'default:soon-1', status_code: 201, payload: 'done' }));
     const r = await pending;
     expect(r.status).toBe(201);
     expect(text(r)).toBe('done');
@@ -204,10 +186,10 @@ describe('wait', () => {
     await sleep(300);
     abort();
     await expect(pending).rejects.toThrow(/client went away/);
-    const token = await redis.get('request-active:default:gone-1');
+    const token = await db.redis.get('request-active:default:gone-1');
     expect(token).toMatch(/^[0-9a-f]{32}$/);
-    expect(await redis.get('request-cancel:default:gone-1')).toBe(token);
-    expect(await redis.ttl('request-cancel:default:gone-1')).toBeGreaterThan(604000);
+    expect(await db.redis.get('request-cancel:default:gone-1')).toBe(token);
+    expect(await db.redis.ttl('request-cancel:default:gone-1')).toBeGreaterThan(604000);
   });
 });
 
@@ -220,7 +202,7 @@ describe('passthrough (TestAsyncBrokerPassthroughStampsAndClassifies)', () => {
     expect(await step.execute(first.ctx)).toBeUndefined();
     expect(first.ctx.stampedHeaders()).toMatchObject({ 'x-llm-d-inference-objective': 'interactive-reserved', 'x-llm-d-inference-fairness-id': 'limited-team' });
     expect(first.ctx.forwardedHeaders()['x-llm-d-inference-objective']).toBe('interactive-reserved');
-    expect(await redis.get('quota:userid:limited-team')).toBe('1');
+    expect(await db.redis.get('quota:userid:limited-team')).toBe('1');
 
     const second = request({ headers: spoof, body: CHAT });
     expect(await step.execute(second.ctx)).toBeUndefined();
@@ -241,13 +223,13 @@ describe('passthrough (TestAsyncBrokerPassthroughStampsAndClassifies)', () => {
     const free = request({ headers: { 'X-AP-Mode': 'passthrough', 'X-Team': 'team-free' }, body: CHAT });
     await step.execute(free.ctx);
     expect(free.ctx.stampedHeaders()).toEqual({ 'x-llm-d-inference-objective': 'interactive-reserved', 'x-llm-d-inference-fairness-id': 'team-free' });
-    expect(await redis.exists('quota:userid:team-free')).toBe(0);
+    expect(await db.redis.exists('quota:userid:team-free')).toBe(0);
   });
 
   test('the quota counter carries the window TTL', async () => {
     const { step } = build({ ...base(), quota: { limits: { 'limited-team': 5 }, window_seconds: 120 } });
     await step.execute(request({ headers: { 'X-AP-Mode': 'passthrough', 'X-Team': 'limited-team' }, body: CHAT }).ctx);
-    const ttl = await redis.ttl('quota:userid:limited-team');
+    const ttl = await db.redis.ttl('quota:userid:limited-team');
     expect(ttl).toBeGreaterThan(100);
     expect(ttl).toBeLessThanOrEqual(120);
   });
@@ -272,7 +254,7 @@ describe('passthrough (TestAsyncBrokerPassthroughStampsAndClassifies)', () => {
   });
 
   test('a Redis error fails open as reserved (TestAsyncQuotaFailsOpen)', async () => {
-    await redis.zadd('quota:userid:limited-team', 1, 'x'); // WRONGTYPE for the counter script
+    await db.redis.zadd('quota:userid:limited-team', 1, 'x'); // WRONGTYPE for the counter script
     const { step } = build(base());
     const { ctx } = request({ headers: { 'X-AP-Mode': 'passthrough', 'X-Team': 'limited-team' }, body: CHAT });
     expect(await step.execute(ctx)).toBeUndefined();
@@ -299,7 +281,7 @@ describe('routes (TestAsyncBrokerRoutes, TestAsyncBrokerFetchGraceConfig)', () =
 
   test('pending -> 202 for the owner, 410 for another tenant', async () => {
     const { routes } = build(base());
-    await redis.set('request-active:team-a:pending-id', 'tok');
+    await db.redis.set('request-active:team-a:pending-id', 'tok');
     const mine = await route(routes, 'GET', '/v1/requests/pending-id', { 'X-Team': 'team-a' });
     expect(mine.status).toBe(202);
     expect(text(mine)).toBe('{"id":"pending-id","status":"pending"}\n');
@@ -309,14 +291,14 @@ describe('routes (TestAsyncBrokerRoutes, TestAsyncBrokerFetchGraceConfig)', () =
 
   test('a stored result -> 200 verbatim, TTL shrunk to the grace; another tenant -> 410', async () => {
     const { routes } = build(base());
-    await redis.lpush('results:req:team-a:ready-id', JSON.stringify({ id: 'team-a:ready-id', status_code: 200, payload: '{"object":"chat.completion","x":"<b>"}' }));
-    await redis.expire('results:req:team-a:ready-id', 3600);
+    await db.redis.lpush('results:req:team-a:ready-id', JSON.stringify({ id: 'team-a:ready-id', status_code: 200, payload: '{"object":"chat.completion","x":"<b>"}' }));
+    await db.redis.expire('results:req:team-a:ready-id', 3600);
     expect((await route(routes, 'GET', '/v1/requests/ready-id', { 'X-Team': 'team-b' })).status).toBe(410);
     const r = await route(routes, 'GET', '/v1/requests/ready-id', { 'X-Team': 'team-a' });
     expect(r.status).toBe(200);
     expect(r.headers).toEqual({ 'content-type': 'application/json' });
     expect(text(r)).toBe('{"object":"chat.completion","x":"<b>"}');
-    const ttl = await redis.ttl('results:req:team-a:ready-id');
+    const ttl = await db.redis.ttl('results:req:team-a:ready-id');
     expect(ttl).toBeGreaterThan(0);
     expect(ttl).toBeLessThanOrEqual(60);
     // Fetch is repeatable within the grace.
@@ -325,23 +307,23 @@ describe('routes (TestAsyncBrokerRoutes, TestAsyncBrokerFetchGraceConfig)', () =
 
   test('the newest entry wins', async () => {
     const { routes } = build(base());
-    await redis.lpush('results:req:default:two', JSON.stringify({ id: 'default:two', status_code: 500, payload: 'old' }));
-    await redis.lpush('results:req:default:two', JSON.stringify({ id: 'default:two', status_code: 200, payload: 'new' }));
+    await db.redis.lpush('results:req:default:two', JSON.stringify({ id: 'default:two', status_code: 500, payload: 'old' }));
+    await db.redis.lpush('results:req:default:two', JSON.stringify({ id: 'default:two', status_code: 200, payload: 'new' }));
     expect(text(await route(routes, 'GET', '/v1/requests/two'))).toBe('new');
   });
 
   test('custom grace shrinks the TTL; zero grace deletes on delivery', async () => {
     const five = build({ ...base(), fetch_grace_seconds: 5 });
-    await redis.lpush('results:req:default:g5', JSON.stringify({ id: 'default:g5', status_code: 200, payload: 'ok' }));
+    await db.redis.lpush('results:req:default:g5', JSON.stringify({ id: 'default:g5', status_code: 200, payload: 'ok' }));
     expect((await route(five.routes, 'GET', '/v1/requests/g5')).status).toBe(200);
-    const ttl = await redis.ttl('results:req:default:g5');
+    const ttl = await db.redis.ttl('results:req:default:g5');
     expect(ttl).toBeGreaterThan(0);
     expect(ttl).toBeLessThanOrEqual(5);
 
     const zero = build({ ...base(), fetch_grace_seconds: 0 });
-    await redis.lpush('results:req:default:g0', JSON.stringify({ id: 'default:g0', status_code: 200, payload: 'ok' }));
+    await db.redis.lpush('results:req:default:g0', JSON.stringify({ id: 'default:g0', status_code: 200, payload: 'ok' }));
     expect((await route(zero.routes, 'GET', '/v1/requests/g0')).status).toBe(200);
-    expect(await redis.exists('results:req:default:g0')).toBe(0);
+    expect(await db.redis.exists('results:req:default:g0')).toBe(0);
   });
 
   test.each<[string, Record<string, unknown>, number, Record<string, string> | null]>([
@@ -355,7 +337,7 @@ describe('routes (TestAsyncBrokerRoutes, TestAsyncBrokerFetchGraceConfig)', () =
     ['a stored 503 is mirrored', { status_code: 503, payload: 'busy' }, 503, null],
   ])('stored %s', async (_label, stored, status, error) => {
     const { routes } = build(base());
-    await redis.lpush('results:req:default:r1', JSON.stringify({ id: 'default:r1', ...stored }));
+    await db.redis.lpush('results:req:default:r1', JSON.stringify({ id: 'default:r1', ...stored }));
     const r = await route(routes, 'GET', '/v1/requests/r1');
     expect(r.status).toBe(status);
     expect(r.headers['content-type']).toBe('application/json');
@@ -365,7 +347,7 @@ describe('routes (TestAsyncBrokerRoutes, TestAsyncBrokerFetchGraceConfig)', () =
 
   test('a mailbox entry that is not JSON -> 502 MALFORMED_RESULT, not a crash', async () => {
     const { routes } = build(base());
-    await redis.lpush('results:req:default:junk', 'not json');
+    await db.redis.lpush('results:req:default:junk', 'not json');
     const r = await route(routes, 'GET', '/v1/requests/junk');
     expect(r.status).toBe(502);
     expect(json(r)['error']).toMatchObject({ code: 'MALFORMED_RESULT' });
@@ -373,22 +355,22 @@ describe('routes (TestAsyncBrokerRoutes, TestAsyncBrokerFetchGraceConfig)', () =
 
   test('DELETE -> 204 and the mailbox is gone; another tenant deletes nothing', async () => {
     const { routes } = build(base());
-    await redis.lpush('results:req:team-a:ready-id', '{"id":"team-a:ready-id","status_code":200,"payload":"x"}');
+    await db.redis.lpush('results:req:team-a:ready-id', '{"id":"team-a:ready-id","status_code":200,"payload":"x"}');
     const other = await route(routes, 'DELETE', '/v1/requests/ready-id', { 'X-Team': 'team-b' });
     expect(other.status).toBe(204);
-    expect(await redis.exists('results:req:team-a:ready-id')).toBe(1);
+    expect(await db.redis.exists('results:req:team-a:ready-id')).toBe(1);
     const r = await route(routes, 'DELETE', '/v1/requests/ready-id', { 'X-Team': 'team-a' });
     expect(r.status).toBe(204);
     expect(text(r)).toBe('');
-    expect(await redis.exists('results:req:team-a:ready-id')).toBe(0);
+    expect(await db.redis.exists('results:req:team-a:ready-id')).toBe(0);
   });
 
   test('DELETE of a queued id stamps its cancel marker (later revision)', async () => {
     const { step, routes } = build(base());
     await respond(step, request({ headers: { 'X-AP-Mode': 'enqueue', 'x-request-id': 'queued-1', 'X-Team': 'team-a' }, body: CHAT }).ctx);
-    const token = await redis.get('request-active:team-a:queued-1');
+    const token = await db.redis.get('request-active:team-a:queued-1');
     expect((await route(routes, 'DELETE', '/v1/requests/queued-1', { 'X-Team': 'team-a' })).status).toBe(204);
-    expect(await redis.get('request-cancel:team-a:queued-1')).toBe(token);
+    expect(await db.redis.get('request-cancel:team-a:queued-1')).toBe(token);
   });
 
   test.each([

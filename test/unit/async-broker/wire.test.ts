@@ -2,32 +2,14 @@
  * The Redis contract with llm-d-async, byte for byte (reference async-broker.md §1, §8): the submit
  * transaction, key names, envelope fields and types, score, token, TTLs, and the Lua scripts.
  */
-import type Redis from 'ioredis';
 import { buildEnvelope } from '../../../src/steps/async-broker/envelope';
 import { goEncode } from '../../../src/steps/async-broker/go-json';
 import { keyspaceChannel, quotaKey, requestKeys } from '../../../src/steps/async-broker/keys';
 import { CLEANUP_REQUEST_STATE, MARK_CANCELLED, QUOTA_ACQUIRE, QUOTA_RELEASE, UNCANCEL } from '../../../src/steps/async-broker/scripts';
 import { notificationsEnabled } from '../../../src/steps/async-broker/wakeup';
-import { RedisServer } from '../../support/redis';
-import { build, closeAll, request, respond } from './harness';
+import { build, request, respond, useRedis } from './harness';
 
-let server: RedisServer;
-let redis: Redis;
-
-beforeAll(async () => {
-  server = await RedisServer.start();
-  redis = server.client();
-});
-
-afterEach(async () => {
-  await closeAll();
-  await redis.flushall();
-});
-
-afterAll(async () => {
-  redis.disconnect();
-  await server.destroy();
-});
+const db = useRedis();
 
 const CHAT = { model: 'Qwen/Qwen3-0.6B', messages: [{ role: 'user', content: 'a <b> & c' }], max_tokens: 5 };
 
@@ -85,7 +67,7 @@ describe('envelope', () => {
   });
 
   test('an enqueue writes exactly the three keys, with the reference TTLs, score and token', async () => {
-    const { step } = build({ redis_url: server.url(), wakeup_mode: 'poll', default_queue: 'team-a-queue' });
+    const { step } = build({ redis_url: db.server.url(), wakeup_mode: 'poll', default_queue: 'team-a-queue' });
     const { ctx } = request({
       headers: { 'x-request-id': 'job-4217', 'x-ap-mode': 'enqueue', 'x-team': 'acme', 'x-request-timeout-seconds': '60', traceparent: '00-abc-01', 'x-llm-d-slo-tpot-ms': '50' },
       body: CHAT,
@@ -93,8 +75,8 @@ describe('envelope', () => {
     const now = Date.now();
     expect((await respond(step, ctx)).status).toBe(202);
 
-    expect((await redis.keys('*')).sort()).toEqual(['request-active:acme:job-4217', 'team-a-queue']);
-    const [member, score] = await redis.zrange('team-a-queue', 0, -1, 'WITHSCORES');
+    expect((await db.redis.keys('*')).sort()).toEqual(['request-active:acme:job-4217', 'team-a-queue']);
+    const [member, score] = await db.redis.zrange('team-a-queue', 0, -1, 'WITHSCORES');
     // Integer created/deadline in the raw bytes: a float would make the AP drop the message.
     expect(member).toMatch(/"created":\d+,"deadline":\d+,/);
     const env = JSON.parse(member!);
@@ -116,25 +98,25 @@ describe('envelope', () => {
     expect(env.data.deadline).toBe(Math.floor(now / 1000 + 60));
     expect(Number(score)).toBe(env.data.deadline);
 
-    expect(await redis.get('request-active:acme:job-4217')).toBe(env.internal.request_token);
-    const pttl = await redis.pttl('request-active:acme:job-4217');
+    expect(await db.redis.get('request-active:acme:job-4217')).toBe(env.internal.request_token);
+    const pttl = await db.redis.pttl('request-active:acme:job-4217');
     expect(pttl).toBeGreaterThan(0);
     expect(pttl).toBeLessThanOrEqual(env.data.deadline * 1000 - now);
   });
 
   test('each submit mints a fresh token', async () => {
-    const { step } = build({ redis_url: server.url(), wakeup_mode: 'poll' });
+    const { step } = build({ redis_url: db.server.url(), wakeup_mode: 'poll' });
     await respond(step, request({ headers: { 'x-ap-mode': 'enqueue' }, body: CHAT }).ctx);
     await respond(step, request({ headers: { 'x-ap-mode': 'enqueue' }, body: CHAT }).ctx);
-    const tokens = (await redis.zrange('request-sortedset', 0, -1)).map((m) => JSON.parse(m).internal.request_token as string);
+    const tokens = (await db.redis.zrange('request-sortedset', 0, -1)).map((m) => JSON.parse(m).internal.request_token as string);
     expect(new Set(tokens).size).toBe(2);
   });
 });
 
 describe('submit transaction', () => {
   test('MULTI; DEL cancel; SET active token PX ms; ZADD queue deadline member; EXEC', async () => {
-    const { step } = build({ redis_url: server.url(), wakeup_mode: 'poll' });
-    const monitor = await redis.monitor();
+    const { step } = build({ redis_url: db.server.url(), wakeup_mode: 'poll' });
+    const monitor = await db.redis.monitor();
     const seen: string[][] = [];
     monitor.on('monitor', (_time: string, args: string[]) => seen.push(args));
     // A fresh id (no client id): no reattach lookup precedes the submit.
@@ -155,74 +137,74 @@ describe('submit transaction', () => {
   });
 
   test('a submit clears a stale cancel marker (TestSubmitRequest_ClearsStaleCancellationMarker)', async () => {
-    await redis.set('request-cancel:default:again-1', 'old-token');
-    const { step } = build({ redis_url: server.url(), wakeup_mode: 'poll' });
+    await db.redis.set('request-cancel:default:again-1', 'old-token');
+    const { step } = build({ redis_url: db.server.url(), wakeup_mode: 'poll' });
     await respond(step, request({ headers: { 'x-ap-mode': 'enqueue', 'x-request-id': 'again-1' }, body: CHAT }).ctx);
-    expect(await redis.exists('request-cancel:default:again-1')).toBe(0);
+    expect(await db.redis.exists('request-cancel:default:again-1')).toBe(0);
   });
 
   test('a failed ZADD answers 503 and leaves no marker behind (nothing half-written)', async () => {
-    await redis.set('request-sortedset', 'not a zset');
-    const { step } = build({ redis_url: server.url(), wakeup_mode: 'poll' });
+    await db.redis.set('request-sortedset', 'not a zset');
+    const { step } = build({ redis_url: db.server.url(), wakeup_mode: 'poll' });
     const r = await respond(step, request({ headers: { 'x-ap-mode': 'enqueue', 'x-request-id': 'half-1' }, body: CHAT }).ctx);
     expect(r.status).toBe(503);
     expect(r.headers['x-request-id']).toBe('half-1');
     expect(JSON.parse((r.body as Buffer).toString())).toEqual({ error: { message: 'failed to enqueue request', type: 'api_error', code: 'ENQUEUE_FAILED' } });
-    expect(await redis.exists('request-active:default:half-1')).toBe(0);
+    expect(await db.redis.exists('request-active:default:half-1')).toBe(0);
   });
 });
 
 describe('Lua scripts', () => {
-  const run = (script: string, keys: string[], args: Array<string | number>) => redis.eval(script, keys.length, ...keys, ...args);
+  const run = (script: string, keys: string[], args: Array<string | number>) => db.redis.eval(script, keys.length, ...keys, ...args);
 
   test('quota acquire counts up to the limit and sets the window TTL; release never goes below 0', async () => {
     expect(await run(QUOTA_ACQUIRE, ['quota:userid:a'], [2, 300])).toBe(1);
     expect(await run(QUOTA_ACQUIRE, ['quota:userid:a'], [2, 300])).toBe(1);
     expect(await run(QUOTA_ACQUIRE, ['quota:userid:a'], [2, 300])).toBe(0);
-    expect(await redis.get('quota:userid:a')).toBe('2');
-    expect(await redis.ttl('quota:userid:a')).toBeGreaterThan(290);
+    expect(await db.redis.get('quota:userid:a')).toBe('2');
+    expect(await db.redis.ttl('quota:userid:a')).toBeGreaterThan(290);
     await run(QUOTA_RELEASE, ['quota:userid:a'], [300]);
     await run(QUOTA_RELEASE, ['quota:userid:a'], [300]);
     await run(QUOTA_RELEASE, ['quota:userid:a'], [300]);
-    expect(await redis.get('quota:userid:a')).toBe('0');
+    expect(await db.redis.get('quota:userid:a')).toBe('0');
     await run(QUOTA_RELEASE, ['quota:userid:missing'], [300]);
-    expect(await redis.exists('quota:userid:missing')).toBe(0);
+    expect(await db.redis.exists('quota:userid:missing')).toBe(0);
   });
 
   test('release stops refreshing the TTL once the count reaches 0', async () => {
-    await redis.set('quota:userid:b', '1', 'EX', 5);
+    await db.redis.set('quota:userid:b', '1', 'EX', 5);
     await run(QUOTA_RELEASE, ['quota:userid:b'], [300]);
-    expect(await redis.ttl('quota:userid:b')).toBeLessThanOrEqual(5);
+    expect(await db.redis.ttl('quota:userid:b')).toBeLessThanOrEqual(5);
   });
 
   test('cancel copies the live token with a 7-day TTL; nothing active is a no-op (TestCancelRequests*)', async () => {
     expect(await run(MARK_CANCELLED, ['request-active:t:x', 'request-cancel:t:x'], [604800])).toBe(0);
-    expect(await redis.exists('request-cancel:t:x')).toBe(0);
-    await redis.set('request-active:t:x', 'tok1');
+    expect(await db.redis.exists('request-cancel:t:x')).toBe(0);
+    await db.redis.set('request-active:t:x', 'tok1');
     expect(await run(MARK_CANCELLED, ['request-active:t:x', 'request-cancel:t:x'], [604800])).toBe(1);
-    expect(await redis.get('request-cancel:t:x')).toBe('tok1');
-    expect(await redis.ttl('request-cancel:t:x')).toBe(604800);
+    expect(await db.redis.get('request-cancel:t:x')).toBe('tok1');
+    expect(await db.redis.ttl('request-cancel:t:x')).toBe(604800);
   });
 
   test('un-cancel clears the marker only while it equals the live token', async () => {
-    await redis.set('request-active:t:y', 'new');
-    await redis.set('request-cancel:t:y', 'old');
+    await db.redis.set('request-active:t:y', 'new');
+    await db.redis.set('request-cancel:t:y', 'old');
     expect(await run(UNCANCEL, ['request-active:t:y', 'request-cancel:t:y'], [])).toBe(0);
-    expect(await redis.get('request-cancel:t:y')).toBe('old');
-    await redis.set('request-cancel:t:y', 'new');
+    expect(await db.redis.get('request-cancel:t:y')).toBe('old');
+    await db.redis.set('request-cancel:t:y', 'new');
     expect(await run(UNCANCEL, ['request-active:t:y', 'request-cancel:t:y'], [])).toBe(1);
-    expect(await redis.exists('request-cancel:t:y')).toBe(0);
+    expect(await db.redis.exists('request-cancel:t:y')).toBe(0);
   });
 
   test('AP cleanup is compare-and-delete: an old generation never clears a newer one', async () => {
-    await redis.set('request-active:t:z', 'gen2');
-    await redis.set('request-cancel:t:z', 'gen2');
+    await db.redis.set('request-active:t:z', 'gen2');
+    await db.redis.set('request-cancel:t:z', 'gen2');
     expect(await run(CLEANUP_REQUEST_STATE, ['request-active:t:z', 'request-cancel:t:z'], ['gen1'])).toBe(1);
-    expect(await redis.get('request-active:t:z')).toBe('gen2');
-    expect(await redis.get('request-cancel:t:z')).toBe('gen2');
+    expect(await db.redis.get('request-active:t:z')).toBe('gen2');
+    expect(await db.redis.get('request-cancel:t:z')).toBe('gen2');
     expect(await run(CLEANUP_REQUEST_STATE, ['request-active:t:z', 'request-cancel:t:z'], [''])).toBe(0);
     await run(CLEANUP_REQUEST_STATE, ['request-active:t:z', 'request-cancel:t:z'], ['gen2']);
-    expect(await redis.exists('request-active:t:z', 'request-cancel:t:z')).toBe(0);
+    expect(await db.redis.exists('request-active:t:z', 'request-cancel:t:z')).toBe(0);
   });
 });
 
