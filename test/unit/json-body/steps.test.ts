@@ -10,27 +10,11 @@ import type { StepParams } from '../../../src/pipeline/step';
 import { silentLogger } from '../../../src/observability/logger';
 import { registerBuiltinSteps } from '../../../src/steps';
 import { createPrefillDecodeStep } from '../../../src/steps/prefill-decode';
-import { FakeUpstream, TestDeps, type SeenRequest } from '../steps/fake-upstream';
+import { type SeenRequest, useFakeUpstreams } from '../steps/fake-upstream';
 
-const renderService = new FakeUpstream();
-const gateway = new FakeUpstream();
-let td: TestDeps;
+const up = useFakeUpstreams();
+const { renderService, gateway } = up;
 const registry = registerBuiltinSteps(new StepRegistry());
-
-beforeAll(async () => {
-  await renderService.start();
-  await gateway.start();
-  td = new TestDeps(gateway.url);
-});
-afterAll(async () => {
-  await td.close();
-  await renderService.stop();
-  await gateway.stop();
-});
-beforeEach(() => {
-  renderService.reset();
-  gateway.reset();
-});
 
 /** Distinct base64 text well above the 32 KiB raw-string threshold: a swapped splice shows. */
 function bigText(bytes: number): string {
@@ -38,7 +22,7 @@ function bigText(bytes: number): string {
 }
 
 function handler(pipelineParams: StepParams, ...steps: Array<[string, StepParams?]>): PipelineHandler {
-  const built = steps.map(([type, own], i) => registry.build(type, { ...pipelineParams, ...(own ?? {}) }, td.deps, i));
+  const built = steps.map(([type, own], i) => registry.build(type, { ...pipelineParams, ...(own ?? {}) }, up.td.deps, i));
   return new PipelineHandler({ steps: built, maxBodyBytes: 64 * 1024 * 1024, log: silentLogger() });
 }
 
@@ -189,7 +173,7 @@ describe.each([
       req.headers['prefer'] === 'reserve-endpoint'
         ? { status: 204, headers: { 'x-llm-d-reserved-host-port': '10.0.3.7:8000' }, body: '' }
         : { status: 200, body: { choices: [] } };
-    const step = createPrefillDecodeStep({ use_openai_format: true, kv_connector: 'kv-sglang' }, td.deps);
+    const step = createPrefillDecodeStep({ use_openai_format: true, kv_connector: 'kv-sglang' }, up.td.deps);
     const h = new PipelineHandler({ steps: [step], maxBodyBytes: 64 * 1024 * 1024, log: silentLogger() });
     const body = { model: 'm', messages: [{ role: 'user', content: text }], max_tokens: 4 };
     const { decision } = await run(h, '/v1/chat/completions', body, chunks);

@@ -1,23 +1,13 @@
 import { ConfigError } from '../../../src/config/errors';
 import type { StepDeps, StepParams } from '../../../src/pipeline/step';
 import { createDecodeStep } from '../../../src/steps/decode';
-import { chatBodyWithImages, entry, FakeUpstream, makeCtx, TestDeps } from './fake-upstream';
+import { chatBodyWithImages, entry, makeCtx, useFakeUpstreams } from './fake-upstream';
 
-const gateway = new FakeUpstream();
-let td: TestDeps;
-
-beforeAll(async () => {
-  await gateway.start();
-  td = new TestDeps(gateway.url);
-});
-afterAll(async () => {
-  await td.close();
-  await gateway.stop();
-});
-beforeEach(() => gateway.reset());
+const up = useFakeUpstreams();
+const { gateway } = up;
 
 function decode(params: StepParams = {}) {
-  return createDecodeStep({ use_openai_format: true, ...params }, td.deps);
+  return createDecodeStep({ use_openai_format: true, ...params }, up.td.deps);
 }
 
 const prefillKv = { do_remote_decode: true, do_remote_prefill: false, remote_engine_id: 'e1', remote_block_ids: [[1]], remote_host: '10.0.0.9', remote_port: 5557, tp_size: 2 };
@@ -223,13 +213,13 @@ describe('decode: connectors and params', () => {
   it('rejects an unknown connector, a bad use_openai_format and a missing gateway', () => {
     expect(() => decode({ kv_connector: 'kv-bogus' })).toThrow('decode: unknown kv_connector: "kv-bogus"');
     expect(() => decode({ use_openai_format: 'false' })).toThrow(ConfigError);
-    const deps = { ...td.deps, gateway: null } as unknown as StepDeps;
+    const deps = { ...up.td.deps, gateway: null } as unknown as StepDeps;
     expect(() => createDecodeStep({}, deps)).toThrow(ConfigError);
   });
 
   it('defaults use_openai_format to true', async () => {
     const ctx = makeCtx({ tokenIds: [1] });
-    await createDecodeStep({}, td.deps).execute(ctx);
+    await createDecodeStep({}, up.td.deps).execute(ctx);
     expect(ctx.body['tokens']).toEqual({ token_ids: [1] });
   });
 });

@@ -147,3 +147,31 @@ export function chatBodyWithImages(n: number, extra: JsonObject = {}): JsonObjec
   for (let i = 0; i < n; i++) content.push({ type: 'image_url', image_url: { url: `data:image/png;base64,AAA${i}` } });
   return { model: 'm', messages: [{ role: 'user', content }], ...extra };
 }
+
+export interface FakeUpstreams {
+  readonly renderService: FakeUpstream;
+  readonly gateway: FakeUpstream;
+  /** Step deps whose gateway client points at `gateway`; set once the suite has started. */
+  readonly td: TestDeps;
+}
+
+/**
+ * A fake render service and a fake gateway on loopback for one suite, with step deps bound to the
+ * gateway; both forget their requests and replies before each test.
+ */
+export function useFakeUpstreams(): FakeUpstreams {
+  const up = { renderService: new FakeUpstream(), gateway: new FakeUpstream() } as { renderService: FakeUpstream; gateway: FakeUpstream; td: TestDeps };
+  beforeAll(async () => {
+    await Promise.all([up.renderService.start(), up.gateway.start()]);
+    up.td = new TestDeps(up.gateway.url);
+  });
+  afterAll(async () => {
+    await up.td?.close();
+    await Promise.all([up.renderService.stop(), up.gateway.stop()]);
+  });
+  beforeEach(() => {
+    up.renderService.reset();
+    up.gateway.reset();
+  });
+  return up;
+}

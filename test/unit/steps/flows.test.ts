@@ -4,31 +4,15 @@ import { StepRegistry } from '../../../src/pipeline/registry';
 import { runPipeline } from '../../../src/pipeline/executor';
 import type { Step, StepParams } from '../../../src/pipeline/step';
 import { BUILTIN_STEPS, registerBuiltinSteps } from '../../../src/steps';
-import { chatBodyWithImages, FakeUpstream, makeCtx, TestDeps } from './fake-upstream';
+import { chatBodyWithImages, makeCtx, useFakeUpstreams } from './fake-upstream';
 
-const renderService = new FakeUpstream();
-const gateway = new FakeUpstream();
-let td: TestDeps;
+const up = useFakeUpstreams();
+const { renderService, gateway } = up;
 const registry = registerBuiltinSteps(new StepRegistry());
-
-beforeAll(async () => {
-  await renderService.start();
-  await gateway.start();
-  td = new TestDeps(gateway.url);
-});
-afterAll(async () => {
-  await td.close();
-  await renderService.stop();
-  await gateway.stop();
-});
-beforeEach(() => {
-  renderService.reset();
-  gateway.reset();
-});
 
 /** Builds steps as the config builder does: pipeline-level params injected into each step. */
 function pipeline(pipelineParams: StepParams, ...steps: Array<[string, StepParams?]>): Step[] {
-  return steps.map(([type, own], i) => registry.build(type, { ...pipelineParams, ...(own ?? {}) }, td.deps, i));
+  return steps.map(([type, own], i) => registry.build(type, { ...pipelineParams, ...(own ?? {}) }, up.td.deps, i));
 }
 
 describe('registerBuiltinSteps', () => {

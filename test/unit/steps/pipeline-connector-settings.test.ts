@@ -9,26 +9,17 @@ import { buildPipeline, type PipelineSettings } from '../../../src/pipeline/buil
 import { StepRegistry } from '../../../src/pipeline/registry';
 import type { Step } from '../../../src/pipeline/step';
 import { registerBuiltinSteps } from '../../../src/steps';
-import { FakeUpstream, makeCtx, TestDeps } from './fake-upstream';
+import { makeCtx, useFakeUpstreams } from './fake-upstream';
 
-let gateway: FakeUpstream;
-let td: TestDeps;
-beforeAll(async () => {
-  gateway = await new FakeUpstream().start();
-  td = new TestDeps(gateway.url);
-});
-afterAll(async () => {
-  await td.close();
-  await gateway.stop();
-});
-beforeEach(() => gateway.reset());
+const up = useFakeUpstreams();
+const { gateway } = up;
 
 const registry = registerBuiltinSteps(new StepRegistry());
 
 /** The prefill step the pipeline builds from a config document's `pipeline` section. */
 function prefillFrom(pipeline: Record<string, unknown>): Step {
   const cfg = parseConfig({ gateway: { address: gateway.url }, pipeline: { steps: [{ type: 'prefill' }, { type: 'decode' }], ...pipeline } }, {});
-  return buildPipeline(cfg.pipeline, registry, td.deps)[0]!;
+  return buildPipeline(cfg.pipeline, registry, up.td.deps)[0]!;
 }
 
 async function prefillLeg(pipeline: Record<string, unknown>): Promise<{ headers: Record<string, string>; kv: Record<string, unknown> }> {
@@ -106,7 +97,7 @@ describe('pipeline.kv_connector_params', () => {
     const cfg = parseConfig({ pipeline: { kv_connector: 'kv-nixl', kv_connector_params: {} } }, {});
     expect(cfg.pipeline.kvConnectorParams).toBeUndefined();
     const settings: PipelineSettings = { ...cfg.pipeline, steps: [{ type: 'prefill', params: {} } as StepConfig] };
-    expect(() => buildPipeline(settings, registry, td.deps)).not.toThrow();
+    expect(() => buildPipeline(settings, registry, up.td.deps)).not.toThrow();
   });
 });
 
@@ -124,7 +115,7 @@ describe('steps that take no connector', () => {
       },
       {},
     );
-    const steps = buildPipeline(cfg.pipeline, registry, td.deps);
+    const steps = buildPipeline(cfg.pipeline, registry, up.td.deps);
     expect(steps.map((s) => s.type)).toEqual(['async-broker', 'render', 'prefill-decode']);
   });
 });

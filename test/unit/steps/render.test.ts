@@ -3,29 +3,13 @@ import { BadRequestError, CancelledError, TransportError, UpstreamError } from '
 import { createRenderStep } from '../../../src/steps/render';
 import type { Step, StepParams } from '../../../src/pipeline/step';
 import type { JsonObject } from '../../../src/pipeline/context';
-import { chatBodyWithImages, FakeUpstream, makeCtx, TestDeps } from './fake-upstream';
+import { chatBodyWithImages, makeCtx, useFakeUpstreams } from './fake-upstream';
 
-const renderService = new FakeUpstream();
-const gateway = new FakeUpstream();
-let td: TestDeps;
-
-beforeAll(async () => {
-  await renderService.start();
-  await gateway.start();
-  td = new TestDeps(gateway.url);
-});
-afterAll(async () => {
-  await td.close();
-  await renderService.stop();
-  await gateway.stop();
-});
-beforeEach(() => {
-  renderService.reset();
-  gateway.reset();
-});
+const up = useFakeUpstreams();
+const { renderService, gateway } = up;
 
 function render(params: StepParams = {}): Step {
-  return createRenderStep({ address: renderService.url, ...params }, td.deps);
+  return createRenderStep({ address: renderService.url, ...params }, up.td.deps);
 }
 
 /** A chat render answer for `n` images: 9 token ids, placeholders of length 3 from offset 1. */
@@ -192,7 +176,7 @@ describe('render: chat', () => {
   });
 
   it('fails each chat request with a plain error when address is empty (Q5)', async () => {
-    const step = createRenderStep({}, td.deps);
+    const step = createRenderStep({}, up.td.deps);
     const p = step.execute(makeCtx());
     await expect(p).rejects.toThrow("render: service address not configured (set 'address' in render step params)");
     await expect(p).rejects.not.toThrow(BadRequestError);
@@ -201,7 +185,7 @@ describe('render: chat', () => {
 
 describe('render: unusable address', () => {
   it('fails requests that need the service with a plain error, and still serves generate', async () => {
-    const step = createRenderStep({ address: 'not a url' }, td.deps);
+    const step = createRenderStep({ address: 'not a url' }, up.td.deps);
     const p = step.execute(makeCtx({ path: '/v1/completions', body: { prompt: 'Hello' } }));
     await expect(p).rejects.toThrow(/^render request failed: invalid address/);
     await expect(p).rejects.not.toThrow(BadRequestError);
@@ -391,7 +375,7 @@ describe('render: generate', () => {
 
   it('works without an address (no call is needed)', async () => {
     const ctx = makeCtx({ path, body: { token_ids: [1, 2] } });
-    await createRenderStep({}, td.deps).execute(ctx);
+    await createRenderStep({}, up.td.deps).execute(ctx);
     expect(ctx.tokenIds).toEqual([1, 2]);
   });
 
@@ -406,16 +390,16 @@ describe('render: generate', () => {
 
 describe('render: params', () => {
   it('applies the defaults and builds a pooled client for its own address', () => {
-    const before = td.clientForCalls.length;
-    createRenderStep({ address: renderService.url }, td.deps);
-    expect(td.clientForCalls.slice(before)).toEqual([{ baseUrl: renderService.url, opts: { maxIdleConns: 100, idleTimeoutMs: 90_000 } }]);
+    const before = up.td.clientForCalls.length;
+    createRenderStep({ address: renderService.url }, up.td.deps);
+    expect(up.td.clientForCalls.slice(before)).toEqual([{ baseUrl: renderService.url, opts: { maxIdleConns: 100, idleTimeoutMs: 90_000 } }]);
   });
 
   it('passes max_idle_conns_per_host and idle_conn_timeout to the pool (0 idle = Go default 2)', () => {
-    const before = td.clientForCalls.length;
-    createRenderStep({ address: renderService.url, max_idle_conns_per_host: 7, idle_conn_timeout: '5s' }, td.deps);
-    createRenderStep({ address: renderService.url, max_idle_conns_per_host: 0 }, td.deps);
-    expect(td.clientForCalls.slice(before).map((c) => c.opts)).toEqual([
+    const before = up.td.clientForCalls.length;
+    createRenderStep({ address: renderService.url, max_idle_conns_per_host: 7, idle_conn_timeout: '5s' }, up.td.deps);
+    createRenderStep({ address: renderService.url, max_idle_conns_per_host: 0 }, up.td.deps);
+    expect(up.td.clientForCalls.slice(before).map((c) => c.opts)).toEqual([
       { maxIdleConns: 7, idleTimeoutMs: 5000 },
       { maxIdleConns: 2, idleTimeoutMs: 90_000 },
     ]);
@@ -432,10 +416,10 @@ describe('render: params', () => {
     ['a bad idle_conn_timeout', { idle_conn_timeout: 'abc' }],
     ['a non-string address', { address: 8080 }],
   ])('rejects %s at start-up', (_n, params) => {
-    expect(() => createRenderStep(params, td.deps)).toThrow(ConfigError);
+    expect(() => createRenderStep(params, up.td.deps)).toThrow(ConfigError);
   });
 
   it('does not validate the address at start-up, and ignores unknown params', () => {
-    expect(() => createRenderStep({ address: '', endpoint: 'ignored', use_openai_format: false, kv_connector: 'kv-nixl' }, td.deps)).not.toThrow();
+    expect(() => createRenderStep({ address: '', endpoint: 'ignored', use_openai_format: false, kv_connector: 'kv-nixl' }, up.td.deps)).not.toThrow();
   });
 });

@@ -9,26 +9,16 @@ import type { Step, StepParams } from '../../../src/pipeline/step';
 import { registerBuiltinSteps } from '../../../src/steps';
 import { createConditionalDecodeStep } from '../../../src/steps/conditional-decode';
 import { dropTransferParams } from '../../../src/steps/wire';
-import { chatBodyWithImages, entry, FakeUpstream, makeCtx, TestDeps } from './fake-upstream';
+import { chatBodyWithImages, entry, makeCtx, useFakeUpstreams } from './fake-upstream';
 
-const gateway = new FakeUpstream();
-let td: TestDeps;
+const up = useFakeUpstreams();
+const { gateway } = up;
 const registry = registerBuiltinSteps(new StepRegistry());
-
-beforeAll(async () => {
-  await gateway.start();
-  td = new TestDeps(gateway.url);
-});
-afterAll(async () => {
-  await td.close();
-  await gateway.stop();
-});
-beforeEach(() => gateway.reset());
 
 const SPOOF = { 'hash-a': { peer_host: '6.6.6.6', peer_port: 5501, nixl_agent_metadata_b64: 'QUFB' } };
 
 function pipeline(pipelineParams: StepParams, ...types: string[]): Step[] {
-  return types.map((type, i) => registry.build(type, { ...pipelineParams }, td.deps, i));
+  return types.map((type, i) => registry.build(type, { ...pipelineParams }, up.td.deps, i));
 }
 
 describe('dropTransferParams', () => {
@@ -75,7 +65,7 @@ describe('conditional-decode probe', () => {
     };
     const sent = JSON.stringify(body);
     const ctx = makeCtx({ path, body });
-    await createConditionalDecodeStep({ use_openai_format }, td.deps).execute(ctx);
+    await createConditionalDecodeStep({ use_openai_format }, up.td.deps).execute(ctx);
     const probe = gateway.seen[0]!;
     expect(probe.headers['prefer']).toBe('if-available');
     expect(probe.raw).not.toContain('_transfer_params');
