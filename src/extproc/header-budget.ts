@@ -15,7 +15,6 @@
 import type { Metadata } from '../pipeline/decision';
 import { errorBody } from '../pipeline/errors';
 import { FORWARD_CONFIGURABLE_HEADERS, FORWARD_STAMPED_HEADERS } from '../pipeline/forward-headers';
-import { INFERENCE_PATHS } from '../pipeline/handler';
 import { MAX_DECODED_HEADERS } from './headers';
 import type { HeaderMapIn } from './wire';
 
@@ -38,13 +37,6 @@ export interface HeaderCount {
   readonly entries: number;
   /** The most entries this request may have, once room is left for the headers we may add. */
   readonly allowed: number;
-}
-
-/** Is the request one whose forward we may mutate? The inference routes only; the rest pass through. */
-export function isInferenceRequest(method: string, path: string): boolean {
-  if (method !== 'POST') return false;
-  const q = path.indexOf('?');
-  return INFERENCE_PATHS.has(q < 0 ? path : path.slice(0, q));
 }
 
 /**

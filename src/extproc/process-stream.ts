@@ -24,10 +24,11 @@
 import type * as grpc from '@grpc/grpc-js';
 import type { Logger } from 'pino';
 import type { Decision, Exchange, ForwardDecision, RequestHandler, RespondDecision } from '../pipeline/decision';
+import { isInferenceRequest } from '../pipeline/inference-request';
 import { sanitiseRequestId } from '../pipeline/request-id';
 import { resolveModes, type FallbackBodyMode, type StreamModes } from './body-mode';
 import { toDynamicMetadata } from './dynamic-metadata';
-import { exceedsHeaderBudget, isInferenceRequest, tooManyHeadersAnswer, TOO_MANY_HEADERS_STATUS, type HeaderCount } from './header-budget';
+import { exceedsHeaderBudget, tooManyHeadersAnswer, TOO_MANY_HEADERS_STATUS, type HeaderCount } from './header-budget';
 import { decodeRequestHead, type DroppedHeaders } from './headers';
 import { relayBody, streamedHeadersResponse } from './streamed-response';
 import {

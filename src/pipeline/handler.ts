@@ -7,10 +7,9 @@ import { parseJsonBody, type ParsedJsonBody } from './json-body';
 import { checkJsonDepth } from './json-depth';
 import { NOOP_PIPELINE_OBSERVER, type DecisionPath, type PipelineObserver, type RequestObservation } from './observer';
 import { sanitiseRequestId } from './request-id';
+import { isInferenceRequest, stripQuery } from './inference-request';
 import type { Route, Step } from './step';
 
-/** The three inference routes; every other request passes through Envoy untouched. */
-export const INFERENCE_PATHS: ReadonlySet<string> = new Set(['/v1/chat/completions', '/v1/completions', '/inference/v1/generate']);
 
 export interface HandlerOptions {
   readonly steps: readonly Step[];
@@ -28,10 +27,6 @@ function round(ms: number): number {
   return Math.round(ms * 100) / 100;
 }
 
-function stripQuery(path: string): string {
-  const q = path.indexOf('?');
-  return q < 0 ? path : path.slice(0, q);
-}
 
 function timingMetadata(timings: readonly StepTiming[]): Metadata {
   const stepMs: Record<string, number> = {};
@@ -59,7 +54,7 @@ export class PipelineHandler implements RequestHandler {
       const params = route.match(path);
       if (params) return new RouteExchange(this.opts, path, head.headers, route, params);
     }
-    if (head.method !== 'POST' || !INFERENCE_PATHS.has(path)) {
+    if (!isInferenceRequest(head.method, path)) {
       this.opts.observer?.decided('passthrough');
       return null;
     }
