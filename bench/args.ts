@@ -1,8 +1,12 @@
 /**
- * The command line every bench shares: integer flags with bounds, `--buffered`, `--out FILE`,
- * `--cpu-prof DIR` (the coordinator's V8 CPU profile) and `--help`.
+ * What every bench shares: the command line (integer flags with bounds, `--buffered`, `--out FILE`,
+ * `--cpu-prof DIR` for the coordinator's V8 CPU profile, `--help`) and the stack it measures.
  */
-import type { EnvoyBodyMode } from '../scripts/envoy-bootstrap';
+import { mkdirSync, rmSync } from 'node:fs';
+import { join } from 'node:path';
+import { REPO_ROOT, type EnvoyBodyMode } from '../scripts/envoy-bootstrap';
+import { buildService, freeStackPorts, startLocalStack, type LocalStack, type LocalStackOptions } from '../scripts/local-stack';
+import { ensureEnvoy } from '../test/support/envoy';
 
 export interface IntFlag {
   /** As typed, without the dashes: `requests`, `max-seconds`. */
@@ -62,4 +66,32 @@ export function parseBenchArgs<K extends string>(
     } else throw new Error(`unexpected argument ${JSON.stringify(a)}\n${usage}`);
   }
   return args;
+}
+
+/**
+ * The stack a bench measures: a fresh `.cache/bench-<suite>/`, Envoy installed, the coordinator
+ * built and run as it ships, on free loopback ports, in the body mode and with the profile the
+ * command line asked for. `extra` adds the suite's own stack options.
+ */
+export async function startBenchStack(
+  suite: string,
+  args: CommonBenchArgs,
+  say: (msg: string) => void,
+  extra: Partial<Omit<LocalStackOptions, 'dir' | 'ports' | 'bodyMode' | 'say' | 'cpuProfileDir' | 'builtService'>> = {},
+): Promise<LocalStack> {
+  const dir = join(REPO_ROOT, '.cache', `bench-${suite}`);
+  rmSync(dir, { recursive: true, force: true });
+  mkdirSync(dir, { recursive: true });
+  ensureEnvoy();
+  buildService(say);
+  return startLocalStack({
+    kvConnector: 'kv-shared-storage',
+    ...extra,
+    dir,
+    ports: await freeStackPorts(),
+    bodyMode: args.bodyMode,
+    say,
+    cpuProfileDir: args.cpuProfileDir,
+    builtService: true,
+  });
 }

@@ -13,13 +13,11 @@
  * last byte. Every request's path is checked in Envoy's access log (`path_taken`).
  * Writes bench/results/conditional.json.
  */
-import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { Agent, request } from 'undici';
 import { REPO_ROOT } from '../scripts/envoy-bootstrap';
-import { parseBenchArgs } from './args';
-import { buildService, freeStackPorts, startLocalStack } from '../scripts/local-stack';
-import { ensureEnvoy } from '../test/support/envoy';
+import { parseBenchArgs, startBenchStack } from './args';
 import { sleep } from '../test/support/ports';
 import { machineDescription, round3, summarize, type Summary } from './stats';
 
@@ -112,23 +110,10 @@ async function main(): Promise<void> {
   const args = parseArgs(process.argv.slice(2));
   const say = (msg: string) => process.stdout.write(`bench: ${msg}\n`);
   const deadline = Date.now() + args.maxSeconds * 1000;
-  const dir = join(REPO_ROOT, '.cache', 'bench-conditional');
-  rmSync(dir, { recursive: true, force: true });
-  mkdirSync(dir, { recursive: true });
-  ensureEnvoy();
-
-  buildService(say);
-  const stack = await startLocalStack({
-    builtService: true,
-    dir,
-    ports: await freeStackPorts(),
-    bodyMode: args.bodyMode,
-    kvConnector: 'kv-shared-storage',
+  const stack = await startBenchStack('conditional', args, say, {
     conditionalDecode: true,
     simArgs: ['--time-to-first-token-ms', String(args.ttftMs), '--inter-token-latency-ms', String(args.itlMs)],
     flushIntervalMs: 200,
-    say,
-    cpuProfileDir: args.cpuProfileDir,
   });
   const stopOnSignal = () => void stack.stop().then(() => process.exit(130));
   process.once('SIGINT', stopOnSignal);

@@ -14,13 +14,11 @@
  * - peak_rss_over_body = (the coordinator's peak RSS while serving - its idle RSS) / body size, for 20 MB.
  * Writes bench/results/large-body.json.
  */
-import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { REPO_ROOT } from '../scripts/envoy-bootstrap';
-import { parseBenchArgs } from './args';
-import { buildService, freeStackPorts, startLocalStack } from '../scripts/local-stack';
+import { parseBenchArgs, startBenchStack } from './args';
 import { TestClient } from '../test/support/client';
-import { ensureEnvoy } from '../test/support/envoy';
 import { machineDescription, round3, summarize } from './stats';
 
 const MB = 1_000_000;
@@ -94,20 +92,7 @@ async function sideCallMs(accessLogPath: string, ids: readonly string[]): Promis
 async function main(): Promise<void> {
   const args = parseArgs(process.argv.slice(2));
   const say = (msg: string) => process.stdout.write(`bench: ${msg}\n`);
-  const dir = join(REPO_ROOT, '.cache', 'bench-large-body');
-  rmSync(dir, { recursive: true, force: true });
-  mkdirSync(dir, { recursive: true });
-  ensureEnvoy();
-  buildService(say);
-  const stack = await startLocalStack({
-    dir,
-    ports: await freeStackPorts(),
-    bodyMode: args.bodyMode,
-    kvConnector: 'kv-shared-storage',
-    say,
-    cpuProfileDir: args.cpuProfileDir,
-    builtService: true,
-  });
+  const stack = await startBenchStack('large-body', args, say);
   const service = new TestClient(stack.publicUrl);
   const direct = new TestClient(stack.gatewayUrl);
   const pid = stack.pids.find((p) => p.name === 'epd-coordinator')!.pid;

@@ -7,13 +7,11 @@
  * - service: client -> Envoy public listener -> epd-coordinator (render, prefill via Envoy) -> decode simulator
  * Prints p50/p99 of each and their ratio; writes bench/results/spine.json.
  */
-import { mkdirSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { REPO_ROOT } from '../scripts/envoy-bootstrap';
-import { parseBenchArgs } from './args';
-import { buildService, freeStackPorts, startLocalStack } from '../scripts/local-stack';
+import { parseBenchArgs, startBenchStack } from './args';
 import { at, TestClient } from '../test/support/client';
-import { ensureEnvoy } from '../test/support/envoy';
 import { machineDescription, round3, summarize, type Summary } from './stats';
 
 type Setup = 'direct' | 'service';
@@ -76,21 +74,7 @@ async function main(): Promise<void> {
   const args = parseArgs(process.argv.slice(2));
   const say = (msg: string) => process.stdout.write(`bench: ${msg}\n`);
   const deadline = Date.now() + args.maxSeconds * 1000;
-  const dir = join(REPO_ROOT, '.cache', 'bench-spine');
-  rmSync(dir, { recursive: true, force: true });
-  mkdirSync(dir, { recursive: true });
-  ensureEnvoy();
-
-  buildService(say);
-  const stack = await startLocalStack({
-    builtService: true,
-    dir,
-    ports: await freeStackPorts(),
-    bodyMode: args.bodyMode,
-    kvConnector: 'kv-shared-storage',
-    say,
-    cpuProfileDir: args.cpuProfileDir,
-  });
+  const stack = await startBenchStack('spine', args, say);
   const stopOnSignal = () => void stack.stop().then(() => process.exit(130));
   process.once('SIGINT', stopOnSignal);
   process.once('SIGTERM', stopOnSignal);
