@@ -1,6 +1,7 @@
 import { Pool } from 'undici';
 import type { Dispatcher } from 'undici';
 import { deadline } from '../pipeline/deadline';
+import { readCapped } from './read-capped';
 import { CancelledError, TransportError, UPSTREAM_ERROR_BODY_CAP } from '../pipeline/errors';
 
 /** A success body larger than this is refused: no side-call answer we read is legitimately bigger. */
@@ -105,23 +106,6 @@ function flattenHeaders(raw: Record<string, string | string[] | undefined>): Rec
   return out;
 }
 
-async function readCapped(body: Dispatcher.ResponseData['body'], cap: number): Promise<{ buf: Buffer; over: boolean }> {
-  const parts: Buffer[] = [];
-  let size = 0;
-  for await (const chunk of body) {
-    const b = chunk as Buffer;
-    if (size + b.length > cap) {
-      parts.push(b.subarray(0, cap - size));
-      size = cap;
-      body.destroy();
-      return { buf: Buffer.concat(parts, size), over: true };
-    }
-    parts.push(b);
-    size += b.length;
-  }
-  return { buf: parts.length === 1 ? parts[0]! : Buffer.concat(parts, size), over: false };
-}
-
 /**
  * Pooled keep-alive client. One undici Pool per base URL; calls are abortable and bounded, and
  * every failure surfaces as a typed error ({@link TransportError} or {@link CancelledError}).
@@ -209,7 +193,7 @@ export class PooledSideCallClient implements SideCallClient {
     const { res, signal, release } = await this.dispatch(path, headers, body, opts);
     const ok = (opts.okStatuses ?? [200]).includes(res.statusCode);
     try {
-      const { buf, over } = await readCapped(res.body, ok ? MAX_SIDE_CALL_RESPONSE_BYTES : UPSTREAM_ERROR_BODY_CAP);
+      const { data: buf, over } = await readCapped(res.body, ok ? MAX_SIDE_CALL_RESPONSE_BYTES : UPSTREAM_ERROR_BODY_CAP);
       if (ok && over) throw new TransportError(opts.step, 'response body too large');
       return { status: res.statusCode, headers: flattenHeaders(res.headers), body: buf };
     } catch (err) {

@@ -14,6 +14,7 @@ import type { Readable } from 'node:stream';
 import { createGunzip } from 'node:zlib';
 import { Client } from 'undici';
 import type { Logger } from 'pino';
+import { discard, readCapped } from '../../gateway/read-capped';
 import { deadline } from '../../pipeline/deadline';
 import { BadRequestError, CancelledError, UPSTREAM_ERROR_BODY_CAP } from '../../pipeline/errors';
 import type { AddressGuard } from './address-guard';
@@ -248,28 +249,4 @@ export class MediaDownloader {
     const contentType = headerValue(res.headers['content-type']);
     return { data, contentType: contentType === '' ? DEFAULT_CONTENT_TYPE : contentType };
   }
-}
-
-/** Drops a body we will not read; its abort error is expected and must not surface as unhandled. */
-function discard(stream: Readable): void {
-  stream.on('error', () => undefined);
-  stream.destroy();
-}
-
-/** Reads at most `cap` bytes; `over` when the stream had more (it is then destroyed). */
-async function readCapped(stream: Readable, cap: number): Promise<{ data: Buffer; over: boolean }> {
-  const parts: Buffer[] = [];
-  let size = 0;
-  for await (const chunk of stream) {
-    const b = chunk as Buffer;
-    if (size + b.length > cap) {
-      parts.push(b.subarray(0, cap - size));
-      size = cap;
-      discard(stream);
-      return { data: Buffer.concat(parts, size), over: true };
-    }
-    parts.push(b);
-    size += b.length;
-  }
-  return { data: parts.length === 1 ? parts[0]! : Buffer.concat(parts, size), over: false };
 }
