@@ -8,34 +8,10 @@
  * count returns to 0. Here the deadline is 300 ms, so the streams grpc-js forgot are released
  * within the test's wait.
  */
-import { startSimulator, type Simulator } from '../../sim/simulator';
-import { parseConfig } from '../../src/config/config';
-import { silentLogger } from '../../src/observability/logger';
-import { startService, type RunningService } from '../../src/service';
-import { EnvoyClient } from '../protocol/envoy-client';
-
-/** A real service (prefill -> decode against a simulator) and an Envoy-like client, per describe block. */
-function serviceWithClient(server: Record<string, unknown> = {}): { readonly service: RunningService; readonly client: EnvoyClient } {
-  let sim: Simulator | undefined;
-  const handles = {} as { service: RunningService; client: EnvoyClient };
-  beforeAll(async () => {
-    sim = await startSimulator({ name: 'sim-any', role: 'any' });
-    handles.service = await startService(
-      parseConfig({ server: { listen_addr: '127.0.0.1:0', metrics_addr: '127.0.0.1:0', ...server }, gateway: { address: sim.url }, pipeline: { steps: [{ type: 'prefill' }, { type: 'decode' }] } }, {}),
-      { log: silentLogger() },
-    );
-    handles.client = new EnvoyClient(handles.service.grpcPort);
-  });
-  afterAll(async () => {
-    handles.client?.close();
-    await handles.service?.close(200);
-    await sim?.close();
-  });
-  return handles;
-}
+import { useServiceWithSimulator } from '../protocol/harness';
 
 describe('a Process stream reset right after it opened', () => {
-  const svc = serviceWithClient({ stream_idle_timeout: '300ms' });
+  const svc = useServiceWithSimulator({ stream_idle_timeout: '300ms' });
 
   it('is released by the service (in-flight count back to 0)', async () => {
     for (let i = 0; i < 400; i++) {

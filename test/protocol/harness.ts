@@ -2,7 +2,10 @@
 import { randomBytes } from 'node:crypto';
 import { startExtProcServer, type ExtProcServer, type ExtProcServerOptions } from '../../src/extproc';
 import type { FallbackBodyMode } from '../../src/extproc/body-mode';
+import { startSimulator, type Simulator } from '../../sim/simulator';
+import { parseConfig } from '../../src/config/config';
 import { silentLogger } from '../../src/observability/logger';
+import { startService, type RunningService } from '../../src/service';
 import { EnvoyClient } from './envoy-client';
 import { ScriptedHandler } from './fake-handler';
 
@@ -58,4 +61,39 @@ export function chatHeaders(extra: Array<[string, string]> = []): Array<[string,
 /** Random bytes: no two chunks alike, so a misplaced or duplicated chunk is caught. */
 export function patternBytes(n: number): Buffer {
   return randomBytes(n);
+}
+
+export interface ServiceWithSimulator {
+  readonly sim: Simulator;
+  readonly service: RunningService;
+  readonly client: EnvoyClient;
+}
+
+/**
+ * For one suite: a simulator playing every worker, the real service (prefill -> decode through it,
+ * with the given `server:` settings) and an Envoy-like client on its gRPC port.
+ */
+export function useServiceWithSimulator(server: Record<string, unknown> = {}): ServiceWithSimulator {
+  const h = {} as { sim: Simulator; service: RunningService; client: EnvoyClient };
+  beforeAll(async () => {
+    h.sim = await startSimulator({ name: 'sim-any', role: 'any' });
+    h.service = await startService(
+      parseConfig(
+        {
+          server: { listen_addr: '127.0.0.1:0', metrics_addr: '', ...server },
+          gateway: { address: h.sim.url },
+          pipeline: { steps: [{ type: 'prefill' }, { type: 'decode' }] },
+        },
+        {},
+      ),
+      { log: silentLogger() },
+    );
+    h.client = new EnvoyClient(h.service.grpcPort);
+  });
+  afterAll(async () => {
+    h.client?.close();
+    await h.service?.close(500);
+    await h.sim?.close();
+  });
+  return h;
 }

@@ -8,7 +8,7 @@ import { readdirSync, readFileSync, statSync } from 'node:fs';
 import { join, relative } from 'node:path';
 import * as grpc from '@grpc/grpc-js';
 import { AlwaysOnSampler, InMemorySpanExporter } from '@opentelemetry/sdk-trace-base';
-import { startSimulator, type Simulator } from '../../sim/simulator';
+import { startSimulator } from '../../sim/simulator';
 import { parseConfig } from '../../src/config/config';
 import { ConfigError } from '../../src/config/errors';
 import {
@@ -20,10 +20,10 @@ import {
 import type { HeaderMapIn } from '../../src/extproc/wire';
 import { FORWARD_CONFIGURABLE_HEADERS } from '../../src/pipeline/forward-headers';
 import { silentLogger } from '../../src/observability/logger';
-import { startService, type RunningService } from '../../src/service';
+import { startService } from '../../src/service';
 import { EnvoyClient, headerEntries, structToJson, type EnvoyStream, type ProcessingResponseMsg } from './envoy-client';
 import { ScriptedHandler } from './fake-handler';
-import { NS, startHarness, type Harness } from './harness';
+import { NS, startHarness, useServiceWithSimulator, type Harness } from './harness';
 
 const PSEUDO: Array<[string, string]> = [
   [':method', 'POST'],
@@ -150,36 +150,21 @@ describe('at request_headers (scripted handler)', () => {
 });
 
 describe('with the real pipeline and the default limit', () => {
-  let sim: Simulator;
-  let service: RunningService;
-  let client: EnvoyClient;
-  beforeAll(async () => {
-    sim = await startSimulator({ name: 'sim-any', role: 'any' });
-    service = await startService(
-      parseConfig({ server: { listen_addr: '127.0.0.1:0', metrics_addr: '' }, gateway: { address: sim.url }, pipeline: { steps: [{ type: 'prefill' }, { type: 'decode' }] } }, {}),
-      { log: silentLogger() },
-    );
-    client = new EnvoyClient(service.grpcPort);
-  });
-  afterAll(async () => {
-    client?.close();
-    await service?.close(500);
-    await sim?.close();
-  });
+  const env = useServiceWithSimulator();
 
   it(`${DEFAULT_MAX_REQUEST_HEADERS - MAX_FORWARD_ADDED_HEADERS} entries are forwarded; one more is our 431 and no side call is made`, async () => {
     const allowed = DEFAULT_MAX_REQUEST_HEADERS - MAX_FORWARD_ADDED_HEADERS;
-    sim.clear();
-    const ok = client.open();
+    env.sim.clear();
+    const ok = env.client.open();
     ok.sendHeaders(headerList(allowed), { requestBodyMode: 'FULL_DUPLEX_STREAMED' });
     ok.sendBody(BODY, true);
     expect(headerEntries((await ok.next()).request_headers!.response!.header_mutation)['epp-profile']).toBe('decode');
     ok.end();
     await ok.rest();
-    expect(sim.requests).toHaveLength(1);
+    expect(env.sim.requests).toHaveLength(1);
 
-    sim.clear();
-    const over = client.open();
+    env.sim.clear();
+    const over = env.client.open();
     over.sendHeaders(headerList(allowed + 1), { requestBodyMode: 'FULL_DUPLEX_STREAMED' });
     over.sendBody(BODY, true);
     const imm = (await over.next()).immediate_response!;
@@ -187,7 +172,7 @@ describe('with the real pipeline and the default limit', () => {
     expect(JSON.parse(imm.body.toString()).error.code).toBe(431);
     over.end();
     await over.rest();
-    expect(sim.requests).toHaveLength(0);
+    expect(env.sim.requests).toHaveLength(0);
   });
 });
 

@@ -5,15 +5,12 @@
  * idleness of Envoy's and must never be cut.
  */
 import * as grpc from '@grpc/grpc-js';
-import { startSimulator, type Simulator } from '../../sim/simulator';
 import { parseConfig } from '../../src/config/config';
 import { ConfigError } from '../../src/config/errors';
 import type { ExtProcServer } from '../../src/extproc';
-import { silentLogger } from '../../src/observability/logger';
-import { startService, type RunningService } from '../../src/service';
 import { EnvoyClient, headerEntries } from './envoy-client';
 import { eventually, respond, ScriptedHandler } from './fake-handler';
-import { chatHeaders, startHarness, type Harness } from './harness';
+import { chatHeaders, startHarness, useServiceWithSimulator, type Harness } from './harness';
 
 // Wide enough that a busy CI machine's event-loop stalls cannot fake an idle gap in the tests below.
 const IDLE_MS = 400;
@@ -156,34 +153,12 @@ describe('idle deadline: off', () => {
 });
 
 describe.each(['FULL_DUPLEX_STREAMED', 'BUFFERED'] as const)('idle deadline with the real pipeline (%s)', (mode) => {
-  let sim: Simulator;
-  let service: RunningService;
-  let client: EnvoyClient;
-  beforeAll(async () => {
-    sim = await startSimulator({ name: 'sim-any', role: 'any' });
-    service = await startService(
-      parseConfig(
-        {
-          server: { listen_addr: '127.0.0.1:0', metrics_addr: '', stream_idle_timeout: `${IDLE_MS}ms` },
-          gateway: { address: sim.url },
-          pipeline: { steps: [{ type: 'prefill' }, { type: 'decode' }] },
-        },
-        {},
-      ),
-      { log: silentLogger() },
-    );
-    client = new EnvoyClient(service.grpcPort);
-  });
-  afterAll(async () => {
-    client?.close();
-    await service?.close(500);
-    await sim?.close();
-  });
+  const env = useServiceWithSimulator({ stream_idle_timeout: `${IDLE_MS}ms` });
 
   it('a prefill slower than the deadline is waited for, and the request is forwarded', async () => {
-    sim.clear();
-    sim.setFaults([{ delayMs: IDLE_MS * 4, times: 1 }]);
-    const s = client.open();
+    env.sim.clear();
+    env.sim.setFaults([{ delayMs: IDLE_MS * 4, times: 1 }]);
+    const s = env.client.open();
     const body = Buffer.from(JSON.stringify({ model: 'm', prompt: [1, 2, 3], max_tokens: 1 }));
     s.sendHeaders(
       [[':method', 'POST'], [':path', '/v1/completions'], ['content-type', 'application/json'], ['content-length', String(body.length)]],
@@ -195,12 +170,12 @@ describe.each(['FULL_DUPLEX_STREAMED', 'BUFFERED'] as const)('idle deadline with
     const answer = await s.next();
     const mutation = mode === 'BUFFERED' ? answer.request_body?.response?.header_mutation : answer.request_headers?.response?.header_mutation;
     expect(headerEntries(mutation)['epp-profile']).toBe('decode');
-    expect(sim.requests).toHaveLength(1);
-    expect(sim.requests[0]!.closedEarly).toBe(false);
+    expect(env.sim.requests).toHaveLength(1);
+    expect(env.sim.requests[0]!.closedEarly).toBe(false);
     s.end();
     await s.rest();
     expect((await s.status).code).toBe(grpc.status.OK);
-    await eventually(() => service.activeStreams() === 0, 'the stream closed');
+    await eventually(() => env.service.activeStreams() === 0, 'the stream closed');
   });
 });
 
