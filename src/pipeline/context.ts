@@ -1,5 +1,6 @@
 import type { Logger } from 'pino';
 import { PLAIN_BODY_CODEC, type BodyCodec } from './json-body';
+import { HOP_BY_HOP_HEADERS } from './hop-by-hop';
 
 export type JsonObject = { [key: string]: unknown };
 
@@ -19,14 +20,7 @@ export interface MultimodalEntry {
 
 /** Headers the service owns on every side call; a client can never choose them. */
 const NEVER_FORWARDED = new Set([
-  'connection',
-  'keep-alive',
-  'proxy-authenticate',
-  'proxy-authorization',
-  'te',
-  'trailer',
-  'transfer-encoding',
-  'upgrade',
+  ...HOP_BY_HOP_HEADERS,
   'host',
   'content-length',
   'content-type',

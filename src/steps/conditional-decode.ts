@@ -6,6 +6,7 @@
  * as they stream in (the protocol layer sends them as a streamed immediate response).
  */
 import type { JsonObject, RequestContext } from '../pipeline/context';
+import { HOP_BY_HOP_HEADERS } from '../pipeline/hop-by-hop';
 import { ParamReader } from '../pipeline/params';
 import type { Step, StepDeps, StepFactory, StepOutcome, StepParams } from '../pipeline/step';
 import type { SideCallClient, StreamingSideCallResponse } from '../gateway/client';
@@ -27,18 +28,7 @@ const MISS_BODY_DRAIN_MS = 1000;
 
 // Never relayed to the client: connection-level headers of the side call (as Go's reverse proxy
 // strips them) and framing, which Envoy redoes for the local reply.
-const HOP_BY_HOP: ReadonlySet<string> = new Set([
-  'connection',
-  'keep-alive',
-  'proxy-connection',
-  'proxy-authenticate',
-  'proxy-authorization',
-  'te',
-  'trailer',
-  'transfer-encoding',
-  'upgrade',
-  'content-length',
-]);
+const HOP_BY_HOP: ReadonlySet<string> = new Set([...HOP_BY_HOP_HEADERS, 'content-length']);
 
 /** The probe body in the resolved format (§3.3). A shallow copy: the client body is not touched. */
 export function buildConditionalDecodeBody(ctx: RequestContext, format: WireFormat): JsonObject {
