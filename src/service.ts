@@ -162,6 +162,7 @@ export async function startService(config: AppConfig, opts: ServiceOptions = {})
       streamedResponses: config.server.streamedResponses,
       streamIdleTimeoutMs: config.server.streamIdleTimeoutMs,
       maxRequestHeaders: config.server.maxRequestHeaders,
+      sessionLimits: config.server.sessionLimits,
       log,
     });
     cleanups.push(async () => server.forceShutdown());
