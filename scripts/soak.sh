@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# npm run soak [-- --minutes N] [--rate RPS] [--buffered] [--out FILE]
+# npm run soak [-- --minutes N] [--rate RPS] [--buffered] [--stream-cap N] [--out FILE]
 #
 # Mixed traffic at half of the measured peak through the real Envoy, for N minutes (default 10);
 # reports errors and the RSS slope of the coordinator process. Not part of CI. Everything listens on
