@@ -6,7 +6,7 @@
 # steps without a Docker engine; keep the RUN lines to the ones it knows (npm ci, npm run build).
 
 # Pin by digest in production; the tags keep Node 24 LTS (package.json engines; the ext_proc
-# listener's HTTP/2 stream-reset budget, server.stream_reset_burst/rate, needs Node >= 22.14).
+# listener's HTTP/2 stream-reset budget, server.stream_reset_burst/rate, is not in Node 20).
 ARG BUILD_IMAGE=node:24-bookworm-slim
 ARG RUNTIME_IMAGE=gcr.io/distroless/nodejs24-debian12:nonroot
 

@@ -196,6 +196,9 @@ export async function startExtProcServer(opts: ExtProcServerOptions): Promise<Ex
   const server = createWideWindowServer(extProcServerOptions(opts.maxBodyBytes));
   if (!applySessionLimits(server, opts.sessionLimits ?? DEFAULT_SESSION_LIMITS)) {
     opts.log.warn('this grpc-js has no commonServerOptions: HTTP/2 sessions keep Node\'s stream-reset limit (1000, 33/s)');
+  } else if (Number(process.versions.node.split('.')[0]) < 24) {
+    // Node 20 ignores the options: Envoy's per-stream resets will close sessions (package.json engines).
+    opts.log.warn({ node: process.version }, 'Node < 24 ignores server.stream_reset_burst/rate: run on Node 24');
   }
   const service = addExtProcService(server, opts);
   opts.configure?.(server);

@@ -8,7 +8,7 @@
  * 33/s, a guard against the "rapid reset" attack) and ends the session with INTERNAL_ERROR when it is
  * empty. Envoy carries all the ext_proc streams of a worker thread on one session, so at a steady
  * 330 req/s a session died after 1,100 to 2,000 requests, each time failing every stream on it (a
- * bare Envoy 500, `ext_proc.streams_failed`). Node >= 22.14 (we run 24) lets a server raise the
+ * bare Envoy 500, `ext_proc.streams_failed`). Node 24 (not Node 20) lets a server raise the
  * bucket; grpc-js has no option for it, so it goes into the options grpc-js builds its HTTP/2
  * server from.
  *
