@@ -5,6 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/ensure-deps.sh
 source scripts/node-env.sh   # Node 24 first on PATH (for every child process too)
+echo "[test] node $(node --version) ($(command -v node))" >&2
 # egctl translates config/k8s as Envoy Gateway would (test/unit/manifests). Optional: without Go, or
 # if the build fails, those tests skip and say why. Go's build cache makes later runs take seconds.
 if command -v go >/dev/null 2>&1; then
