@@ -21,21 +21,18 @@
  *   body reply carries header and body mutations, with an exact content-length.
  * - anything else: pass-through, unless the request has no body.
  *
- * Two bounds are ours rather than the pipeline's: an inference request whose header map leaves no
- * room for our mutation under Envoy's header-count limit is answered 431 at once
- * (header-budget.ts), and a stream on which Envoy owes us the request but sends nothing for
+ * Two bounds come from Envoy rather than the pipeline: a request whose header map leaves no room
+ * for our mutation under Envoy's header-count limit is flagged on its head (header-budget.ts; the
+ * pipeline answers it 431 at once, `Exchange.refused`), and a stream on which Envoy owes us the request but sends nothing for
  * `streamIdleTimeoutMs` is ended and released (idle-deadline.ts, onIdle).
  *
  * The Envoy layer knows nothing of what an exchange does: only RequestHandler, Exchange, Decision.
  */
 import type { Logger } from 'pino';
 import type { Decision, Exchange, RequestHandler } from '../pipeline/decision';
-import { isInferenceRequest } from '../pipeline/inference-request';
-import { sanitiseRequestId } from '../pipeline/request-id';
 import { resolveModes, type FallbackBodyMode, type StreamModes } from './body-mode';
 import { deliver, releaseBody, type DeliveryContext, type DeliveryOutcome, type RequestShape, type Target } from './deliver';
-import { toDynamicMetadata } from './dynamic-metadata';
-import { exceedsHeaderBudget, tooManyHeadersAnswer, TOO_MANY_HEADERS_STATUS, type HeaderCount } from './header-budget';
+import { exceedsHeaderBudget } from './header-budget';
 import { decodeRequestHead } from './headers';
 import { IdleDeadline } from './idle-deadline';
 import { GRPC_DEADLINE_EXCEEDED, Outbound, type ProcessCall } from './outbound';
@@ -47,7 +44,6 @@ import {
   EMPTY_RESPONSE_BODY,
   EMPTY_RESPONSE_HEADERS,
   EMPTY_RESPONSE_TRAILERS,
-  immediateResponse,
   internalErrorResponse,
   streamedRequestChunk,
   streamedResponseChunk,
@@ -81,8 +77,8 @@ export interface ProcessStreamOptions {
    */
   readonly streamIdleTimeoutMs?: number;
   /**
-   * Envoy's header-count limit (the listener's max_headers_count); an inference request with no
-   * room left for our headers is answered 431 at once (header-budget.ts). 0 or absent = no check.
+   * Envoy's header-count limit (the listener's max_headers_count); a request with no room left for
+   * our headers is flagged on its head (header-budget.ts). 0 or absent = no check.
    */
   readonly maxRequestHeaders?: number;
 }
@@ -197,14 +193,10 @@ export class ProcessStream {
       this.passThroughHeaders();
       return;
     }
-    const head = decodeRequestHead(msg.headers);
-    if (isInferenceRequest(head.method, head.path)) {
-      const over = exceedsHeaderBudget(msg.headers, this.opts.maxRequestHeaders ?? 0);
-      if (over) {
-        this.answerTooManyHeaders(over, head.headers['x-request-id']);
-        return;
-      }
-    }
+    const decoded = decodeRequestHead(msg.headers);
+    // Counted here, where Envoy's header map is known; the pipeline decides what it means.
+    const over = exceedsHeaderBudget(msg.headers, this.opts.maxRequestHeaders ?? 0);
+    const head = over ? { ...decoded, headerBudgetExceeded: over } : decoded;
     const exchange = this.opts.handler.begin(head);
     if (!exchange) {
       this.passThroughHeaders();
@@ -214,6 +206,13 @@ export class ProcessStream {
     if (this.opts.log.isLevelEnabled('debug')) {
       this.opts.log.debug({ method: head.method, path: head.path, mode: modes.requestName, headersOnly }, 'ext_proc exchange started');
     }
+    if (exchange.refused) {
+      // Answered from the head alone: no body is read, and no step runs.
+      const refused = exchange.refused;
+      this.phase = 'delivering';
+      this.out.enqueue(() => this.send(refused, 'headers', null));
+      return;
+    }
     if (headersOnly) {
       this.startDecision(() => exchange.complete(EMPTY), 'headers', EMPTY);
       return;
@@ -222,23 +221,6 @@ export class ProcessStream {
     // header mutations can depend on the body.
     if (modes.request === 'buffered') this.out.enqueueSend(EMPTY_REQUEST_HEADERS);
     this.phase = 'collecting';
-  }
-
-  /**
-   * Envoy would refuse our mutation of this request (a bare 500 after the whole pipeline ran):
-   * the client's 431 now, with no exchange, so no step and no side call runs.
-   */
-  private answerTooManyHeaders(count: HeaderCount, clientRequestId: string | undefined): void {
-    this.phase = 'answered';
-    const requestId = sanitiseRequestId(clientRequestId).id;
-    if (this.opts.log.isLevelEnabled('info')) {
-      this.opts.log.info({ 'x-request-id': requestId, headers: count.entries, allowed: count.allowed }, 'request has too many headers for our mutation: 431');
-    }
-    const answer = tooManyHeadersAnswer(count, requestId);
-    const metadata = toDynamicMetadata(this.opts.metadataNamespace, answer.metadata);
-    this.out.enqueue(() => {
-      this.out.sendLast(immediateResponse(TOO_MANY_HEADERS_STATUS, { 'content-type': 'application/json' }, answer.body, { metadata }));
-    });
   }
 
   private passThroughHeaders(): void {

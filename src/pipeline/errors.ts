@@ -18,6 +18,17 @@ export class PayloadTooLargeError extends Error {
   }
 }
 
+/**
+ * The request's headers leave no room for the ones we add under the proxy's header-count limit:
+ * the proxy would refuse our mutation (a bare 500 after the whole pipeline ran), so it is a 431 now.
+ */
+export class TooManyHeadersError extends Error {
+  override readonly name = 'TooManyHeadersError';
+  constructor(readonly entries: number, readonly allowed: number) {
+    super(`request has too many headers (${entries}); the limit is ${Math.max(0, allowed)}`);
+  }
+}
+
 /** Upstream error bodies are read up to this many bytes, for logs only. */
 export const UPSTREAM_ERROR_BODY_CAP = 8192;
 
@@ -81,6 +92,9 @@ export function classify(err: unknown, requestId: string): ClassifiedError {
   const id = ` (request_id: ${requestId})`;
   if (err instanceof BadRequestError) {
     return { status: 400, errorClass: 'bad_request', type: 'invalid_request_error', message: err.message + id };
+  }
+  if (err instanceof TooManyHeadersError) {
+    return { status: 431, errorClass: 'bad_request', type: 'invalid_request_error', message: err.message + id };
   }
   if (err instanceof PayloadTooLargeError) {
     return { status: 413, errorClass: 'payload_too_large', type: 'invalid_request_error', message: err.message + id };
