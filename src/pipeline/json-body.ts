@@ -16,8 +16,10 @@
  */
 import { isAscii, isUtf8 } from 'node:buffer';
 import { randomBytes } from 'node:crypto';
-import type { JsonObject } from './context';
 import { BadRequestError } from './errors';
+
+/** A parsed JSON object (the client body, or any object inside it). */
+export type JsonObject = { [key: string]: unknown };
 
 /** Strings at least this long (content bytes) are kept raw; shorter ones cost little to re-encode. */
 export const RAW_STRING_MIN_BYTES = 32 * 1024;

@@ -1,6 +1,6 @@
 import type { Logger } from 'pino';
 import type { RequestContext } from './context';
-import type { SideCallClient } from '../gateway/client';
+import type { SideCallClient } from './side-call';
 
 /** A locally generated answer that ends the pipeline (e.g. a served conditional-decode probe). */
 export interface StepResponse {

@@ -9,7 +9,7 @@ import type { JsonObject, RequestContext } from '../pipeline/context';
 import { HOP_BY_HOP_HEADERS } from '../pipeline/hop-by-hop';
 import { ParamReader } from '../pipeline/params';
 import type { Step, StepDeps, StepFactory, StepOutcome, StepParams } from '../pipeline/step';
-import type { SideCallClient, StreamingSideCallResponse } from '../gateway/client';
+import type { SideCallClient, StreamingSideCallResponse } from '../pipeline/side-call';
 import { requireGateway } from './gateway-required';
 import { buildMmFeatures, dropTransferParams, gatewayLegHeaders, resolveFormat, type WireFormat } from './wire';
 

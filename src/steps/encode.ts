@@ -7,7 +7,7 @@ import type { JsonObject, MultimodalEntry, RequestContext } from '../pipeline/co
 import { UpstreamError } from '../pipeline/errors';
 import { ParamReader } from '../pipeline/params';
 import type { Step, StepDeps, StepFactory, StepParams } from '../pipeline/step';
-import type { SideCallClient } from '../gateway/client';
+import type { SideCallClient } from '../pipeline/side-call';
 import type { EcConnector } from '../connectors/ec';
 import { buildEcConnector } from '../connectors/ec';
 import { requireGateway } from './gateway-required';

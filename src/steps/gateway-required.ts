@@ -1,5 +1,5 @@
 import { ConfigError } from '../config/errors';
-import type { SideCallClient } from '../gateway/client';
+import type { SideCallClient } from '../pipeline/side-call';
 import type { StepDeps } from '../pipeline/step';
 
 /** Gateway-facing steps cannot be built without a gateway client (reference §3.0). */

@@ -15,7 +15,7 @@ import type { JsonObject, RequestContext } from '../pipeline/context';
 import { UpstreamError } from '../pipeline/errors';
 import { ParamReader } from '../pipeline/params';
 import type { Step, StepDeps, StepFactory, StepParams } from '../pipeline/step';
-import type { SideCallClient } from '../gateway/client';
+import type { SideCallClient } from '../pipeline/side-call';
 import { buildConcurrentKvConnector, type ConcurrentKvConnector } from '../connectors/kv';
 import type { EcConnector } from '../connectors/ec';
 import { buildEcConnector } from '../connectors/ec';

@@ -6,7 +6,7 @@ import type { RequestContext } from '../pipeline/context';
 import { TransportError, UpstreamError } from '../pipeline/errors';
 import { ParamReader } from '../pipeline/params';
 import type { Step, StepDeps, StepFactory, StepParams } from '../pipeline/step';
-import type { SideCallClient, SideCallResponse } from '../gateway/client';
+import type { SideCallClient, SideCallResponse } from '../pipeline/side-call';
 import type { KvConnector } from '../connectors/kv';
 import { buildKvConnector } from '../connectors/kv';
 import type { EcConnector } from '../connectors/ec';

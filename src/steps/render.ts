@@ -8,7 +8,7 @@ import type { JsonObject, MultimodalEntry, RequestContext } from '../pipeline/co
 import { BadRequestError, UpstreamError } from '../pipeline/errors';
 import { ParamReader } from '../pipeline/params';
 import type { Step, StepDeps, StepFactory, StepParams } from '../pipeline/step';
-import type { SideCallClient } from '../gateway/client';
+import type { SideCallClient } from '../pipeline/side-call';
 import {
   CHAT_COMPLETIONS_PATH,
   COMPLETIONS_PATH,
