@@ -308,8 +308,9 @@ describe('prefill: params', () => {
     expect(gateway.seen[0]!.path).toBe('/v1/chat/completions');
   });
 
-  it('requires a gateway client', () => {
-    const deps = { ...td.deps, gateway: undefined } as unknown as StepDeps;
+  it('refuses to build without a gateway client, naming gateway.address', () => {
+    const deps: StepDeps = { ...td.deps, gateway: undefined };
     expect(() => createPrefillStep({}, deps)).toThrow(ConfigError);
+    expect(() => createPrefillStep({}, deps)).toThrow(/^gateway\.address: expected an http:\/\/ or https:\/\/ URL \(the "prefill" step/);
   });
 });
