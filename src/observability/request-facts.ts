@@ -17,6 +17,11 @@ export function errorCode(errorClass: ErrorClass): string {
     case 'cancelled':
     case 'internal':
       return errorClass;
+    // Upstream counts an unusable answer or a failed image fetch as internal; our error_class
+    // (access log, spans) tells them apart.
+    case 'upstream_invalid':
+    case 'media_unavailable':
+      return 'internal';
   }
 }
 

@@ -46,6 +46,31 @@ export class UpstreamError extends Error {
   }
 }
 
+/**
+ * A side call answered with the status the step needs, but the answer itself is unusable: a body
+ * that is not the JSON the step expects, counts that disagree, a header the protocol requires
+ * missing. The worker (or the EPP) broke the protocol, not the client and not us: 502.
+ */
+export class UpstreamInvalidError extends Error {
+  override readonly name = 'UpstreamInvalidError';
+}
+
+/**
+ * An image the request points at could not be fetched: the host answered something other than
+ * 200, could not be reached, timed out, sent a truncated body or too many redirects. Not the
+ * client's fault in a way we can tell it (a refused URL or host is a {@link BadRequestError}): 502.
+ */
+export class MediaUnavailableError extends Error {
+  override readonly name: string = 'MediaUnavailableError';
+  constructor(
+    message: string,
+    /** The image host's status, when it answered with something other than 200. */
+    readonly status?: number,
+  ) {
+    super(message);
+  }
+}
+
 /** A side call never got a status: connect failure, reset, timeout, abort. */
 export class TransportError extends Error {
   override readonly name = 'TransportError';
@@ -72,7 +97,9 @@ export type ErrorClass =
   | 'payload_too_large'
   | 'upstream_4xx'
   | 'upstream_5xx'
+  | 'upstream_invalid'
   | 'transport'
+  | 'media_unavailable'
   | 'cancelled'
   | 'internal';
 
@@ -110,6 +137,12 @@ export function classify(err: unknown, requestId: string): ClassifiedError {
       };
     }
     return { status: 502, errorClass: 'upstream_5xx', type: 'api_error', message: 'internal error' + id, upstreamStatus: err.status };
+  }
+  if (err instanceof UpstreamInvalidError) {
+    return { status: 502, errorClass: 'upstream_invalid', type: 'api_error', message: 'internal error' + id };
+  }
+  if (err instanceof MediaUnavailableError) {
+    return { status: 502, errorClass: 'media_unavailable', type: 'api_error', message: 'internal error' + id };
   }
   if (err instanceof TransportError) {
     return { status: 502, errorClass: 'transport', type: 'api_error', message: 'internal error' + id };

@@ -4,7 +4,7 @@
  * turns the answers into what prefill forwards.
  */
 import type { JsonObject, MultimodalEntry, RequestContext } from '../pipeline/context';
-import { UpstreamError } from '../pipeline/errors';
+import { UpstreamError, UpstreamInvalidError } from '../pipeline/errors';
 import { ParamReader } from '../pipeline/params';
 import type { Step, StepDeps, StepFactory, StepParams } from '../pipeline/step';
 import type { SideCallClient } from '../pipeline/side-call';
@@ -167,10 +167,10 @@ class EncodeStep implements Step {
     try {
       answer = decodeFirstJsonValue(res.body);
     } catch (err) {
-      throw new Error(`${step}: decode response: ${(err as Error).message}`);
+      throw new UpstreamInvalidError(`${step}: decode response: ${(err as Error).message}`);
     }
     // Upstream decodes into a struct: null is an empty answer, any other non-object a failure.
-    if (answer !== null && !isJsonObject(answer)) throw new Error(`${step}: decode response: expected an object, got ${jsonTypeName(answer)}`);
+    if (answer !== null && !isJsonObject(answer)) throw new UpstreamInvalidError(`${step}: decode response: expected an object, got ${jsonTypeName(answer)}`);
     return coerceParamsMap(answer?.['ec_transfer_params'], 'ec_transfer_params', ctx.log.child({ index: i }));
   }
 }

@@ -12,7 +12,7 @@
  * out) on the decode worker's side.
  */
 import type { JsonObject, RequestContext } from '../pipeline/context';
-import { UpstreamError } from '../pipeline/errors';
+import { UpstreamError, UpstreamInvalidError } from '../pipeline/errors';
 import { ParamReader } from '../pipeline/params';
 import type { Step, StepDeps, StepFactory, StepParams } from '../pipeline/step';
 import type { SideCallClient } from '../pipeline/side-call';
@@ -136,16 +136,16 @@ class PrefillDecodeStep implements Step {
     if (res.status >= 400) throw new UpstreamError('prefill', res.status, res.body.toString('utf8'));
     if (res.status !== 204) {
       // An EPP that does not know the preference forwarded the ask to a model server.
-      throw new Error(`prefill-decode: reserve-endpoint answered HTTP ${res.status}, expected 204`);
+      throw new UpstreamInvalidError(`prefill-decode: reserve-endpoint answered HTTP ${res.status}, expected 204`);
     }
     const value = res.headers[HEADER_RESERVED_HOST_PORT];
     if (value === undefined) {
-      throw new Error(
+      throw new UpstreamInvalidError(
         `prefill-decode: reserve-endpoint answer has no ${HEADER_RESERVED_HOST_PORT} header; is the reserve-endpoint plugin configured in EPP?`,
       );
     }
     const endpoint = parseReservedEndpoint(value.trim());
-    if (!endpoint) throw new Error('prefill-decode: invalid prefill endpoint');
+    if (!endpoint) throw new UpstreamInvalidError('prefill-decode: invalid prefill endpoint');
     ctx.log.debug({ step: PREFILL_DECODE_STEP, status: res.status, endpoint: value.trim() }, 'reserved prefill endpoint');
     return { host: endpoint.host, value: value.trim() };
   }

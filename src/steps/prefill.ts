@@ -3,7 +3,7 @@
  * prefill worker, whose answer carries the KV-cache location decode will pull from.
  */
 import type { RequestContext } from '../pipeline/context';
-import { TransportError, UpstreamError } from '../pipeline/errors';
+import { TransportError, UpstreamError, UpstreamInvalidError } from '../pipeline/errors';
 import { ParamReader } from '../pipeline/params';
 import type { Step, StepDeps, StepFactory, StepParams } from '../pipeline/step';
 import type { SideCallClient, SideCallResponse } from '../pipeline/side-call';
@@ -65,11 +65,11 @@ class PrefillStep implements Step {
     try {
       answer = decodeFirstJsonValue(res.body);
     } catch (err) {
-      throw new Error(`prefill: decode response: ${(err as Error).message}`);
+      throw new UpstreamInvalidError(`prefill: decode response: ${(err as Error).message}`);
     }
     // Upstream decodes into a struct: null is an empty answer, any other non-object a failure.
     if (answer !== null && !isJsonObject(answer)) {
-      throw new Error(`prefill: decode response: expected an object, got ${jsonTypeName(answer)}`);
+      throw new UpstreamInvalidError(`prefill: decode response: expected an object, got ${jsonTypeName(answer)}`);
     }
     ctx.kvTransferParams = coerceParamsMap(answer?.['kv_transfer_params'], 'kv_transfer_params', ctx.log);
     // Stamped headers ride on the request Envoy finally forwards, so decode gets them too.

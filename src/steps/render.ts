@@ -5,7 +5,7 @@
  * `address`; a completions token array and a tokens-in generate request are validated locally.
  */
 import type { JsonObject, MultimodalEntry, RequestContext } from '../pipeline/context';
-import { BadRequestError, UpstreamError } from '../pipeline/errors';
+import { BadRequestError, UpstreamError, UpstreamInvalidError } from '../pipeline/errors';
 import { ParamReader } from '../pipeline/params';
 import type { Step, StepDeps, StepFactory, StepParams } from '../pipeline/step';
 import type { SideCallClient } from '../pipeline/side-call';
@@ -96,7 +96,7 @@ class RenderStep implements Step {
     const prompt = ctx.body['prompt'];
     if (typeof prompt === 'string') {
       const elements = decodeCompletionsRenderResponse(await this.post(ctx, COMPLETIONS_PATH));
-      if (elements.length !== 1) throw new Error(`render: expected 1 response element, got ${elements.length}`);
+      if (elements.length !== 1) throw new UpstreamInvalidError(`render: expected 1 response element, got ${elements.length}`);
       const tokenIds = elements[0]!;
       ctx.tokenIds = tokenIds;
       this.checkTokenLimit(tokenIds?.length ?? 0);
@@ -132,11 +132,11 @@ class RenderStep implements Step {
     // The images were found by replace-media-urls; render must report on exactly those (Q8).
     const entries = ctx.multimodalEntries;
     const expected = entries.length;
-    if (res.hashes.length !== expected) throw new Error(`render returned ${res.hashes.length} mm_hashes but expected ${expected}`);
+    if (res.hashes.length !== expected) throw new UpstreamInvalidError(`render returned ${res.hashes.length} mm_hashes but expected ${expected}`);
     if (res.placeholders.length !== expected) {
-      throw new Error(`render returned ${res.placeholders.length} mm_placeholders but expected ${expected}`);
+      throw new UpstreamInvalidError(`render returned ${res.placeholders.length} mm_placeholders but expected ${expected}`);
     }
-    if (res.kwargs.length !== expected) throw new Error(`render returned ${res.kwargs.length} kwargs_data but expected ${expected}`);
+    if (res.kwargs.length !== expected) throw new UpstreamInvalidError(`render returned ${res.kwargs.length} kwargs_data but expected ${expected}`);
     for (let i = 0; i < expected; i++) {
       const e = entries[i]!;
       e.hash = res.hashes[i]!;

@@ -16,22 +16,15 @@ import { Client } from 'undici';
 import type { Logger } from 'pino';
 import { discard, readCapped } from '../../gateway/read-capped';
 import { deadline } from '../../pipeline/deadline';
-import { BadRequestError, CancelledError, UPSTREAM_ERROR_BODY_CAP } from '../../pipeline/errors';
+import { BadRequestError, CancelledError, MediaUnavailableError, UPSTREAM_ERROR_BODY_CAP } from '../../pipeline/errors';
 import type { AddressGuard } from './address-guard';
 import type { DomainAllowlist } from './domain-allowlist';
 import type { Dialer, Resolver } from './network';
 import { systemResolve, tcpDial } from './network';
 
-/** A download that failed for a reason that is not the client's fault (classified 502). */
-export class MediaDownloadError extends Error {
+/** A download that failed for a reason that is not the client's fault (502, `media_unavailable`). */
+export class MediaDownloadError extends MediaUnavailableError {
   override readonly name = 'MediaDownloadError';
-  constructor(
-    message: string,
-    /** The image host's status, when it answered with something other than 200. */
-    readonly status?: number,
-  ) {
-    super(message);
-  }
 }
 
 /** As Go's http.Client: the 10th redirect in a row is refused. */

@@ -6,7 +6,7 @@ import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { PooledSideCallClient } from '../../../src/gateway/client';
 import type { RequestContext } from '../../../src/pipeline/context';
-import { TransportError, UpstreamError } from '../../../src/pipeline/errors';
+import { MediaUnavailableError, TransportError, UpstreamError, UpstreamInvalidError } from '../../../src/pipeline/errors';
 import { PipelineHandler } from '../../../src/pipeline/handler';
 import type { Step } from '../../../src/pipeline/step';
 import { silentLogger } from '../../../src/observability/logger';
@@ -163,6 +163,9 @@ describe('pipeline hooks', () => {
     ['upstream_4xx', new UpstreamError('prefill', 429, 'body')],
     ['upstream_transport', new TransportError('prefill', 'request failed: ECONNREFUSED')],
     ['internal', new Error('boom')],
+    // Upstream's error_code vocabulary has no finer class: these count as internal there.
+    ['internal', new UpstreamInvalidError('prefill: decode response: expected an object, got array')],
+    ['internal', new MediaUnavailableError('downloading http://img/x: HTTP 404', 404)],
   ])('a failing step counts a step error and a request error: %s', async (code, err) => {
     const m = new CoordinatorMetrics({ processMetrics: false });
     const h = handlerWith(m, [
