@@ -270,7 +270,7 @@ class PipelineExchange extends BaseExchange {
           status: r.status,
           headers: r.headers,
           body: r.body,
-          metadata: this.metadata('cache_hit', outcome.timings, { ...facts, status: r.status }),
+          metadata: this.metadata(outcome.cacheHit ? 'cache_hit' : 'step_response', outcome.timings, { ...facts, status: r.status }),
         };
       }
       case 'completed':

@@ -9,8 +9,13 @@ export interface StepResponse {
   readonly body: Buffer | AsyncIterable<Buffer>;
 }
 
-/** `undefined`: continue with the next step. `{respond}`: stop and answer the client with it. */
-export type StepOutcome = void | { readonly respond: StepResponse };
+/**
+ * `undefined`: continue with the next step. `{respond}`: stop and answer the client with it.
+ * `cacheHit` marks a worker's answer served instead of the cascade (a conditional-decode hit,
+ * `path_taken: cache_hit`); any other local answer is the step's own (`path_taken: step_response`:
+ * the async broker's 202 enqueue and its refusals, say).
+ */
+export type StepOutcome = void | { readonly respond: StepResponse; readonly cacheHit?: boolean };
 
 /**
  * Hooks for a step that owns connections of its own (the async broker's Redis). All optional; the

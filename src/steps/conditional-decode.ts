@@ -124,7 +124,7 @@ class ConditionalDecodeStep implements Step {
     ctx.log.debug({ step: CONDITIONAL_DECODE_STEP, status: res.status }, 'served by the conditional decode');
     // The body is handed over unread: the protocol layer relays it chunk by chunk, and aborting
     // the exchange (client gone) cancels this call through ctx.signal.
-    return { respond: { status: res.status, headers: relayedResponseHeaders(res.headers), body: res.body } };
+    return { respond: { status: res.status, headers: relayedResponseHeaders(res.headers), body: res.body }, cacheHit: true };
   }
 }
 

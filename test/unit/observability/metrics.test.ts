@@ -206,14 +206,22 @@ describe('pipeline hooks', () => {
     expect(await value(m, 'llm_d_coordinator_request_error_total', { error_code: 'cancelled' })).toBe(1);
   });
 
-  test('a step answering the client is a cache_hit; requests Envoy passes through are counted as passthrough', async () => {
+  test('a step serving a worker\'s answer is a cache_hit; requests Envoy passes through are counted as passthrough', async () => {
     const m = new CoordinatorMetrics({ processMetrics: false });
-    const h = handlerWith(m, [step('conditional-decode', () => ({ respond: { status: 200, headers: {}, body: Buffer.from('x') } })), decode]);
+    const h = handlerWith(m, [step('conditional-decode', () => ({ respond: { status: 200, headers: {}, body: Buffer.from('x') }, cacheHit: true })), decode]);
     await send(h, { model: 'm' });
     expect(h.begin({ method: 'GET', path: '/v1/models', headers: {} })).toBeNull();
     expect(await value(m, 'epd_coordinator_decisions_total', { path: 'cache_hit' })).toBe(1);
     expect(await value(m, 'epd_coordinator_decisions_total', { path: 'passthrough' })).toBe(1);
     expect(await value(m, 'llm_d_coordinator_execution_path_total', { model_name: 'm', path: 'decode-only' })).toBe(1);
+  });
+
+  test('a step\'s own answer (an async-broker 202, a refusal) is a step_response, not a cache_hit', async () => {
+    const m = new CoordinatorMetrics({ processMetrics: false });
+    const h = handlerWith(m, [step('async-broker', () => ({ respond: { status: 202, headers: {}, body: Buffer.from('{}') } })), decode]);
+    await send(h, { model: 'm' });
+    expect(await value(m, 'epd_coordinator_decisions_total', { path: 'step_response' })).toBe(1);
+    expect(await value(m, 'epd_coordinator_decisions_total', { path: 'cache_hit' })).toBe(0);
   });
 
   test('stream hooks: active streams up and down, one duration per stream', async () => {

@@ -97,11 +97,19 @@ describe('PipelineHandler', () => {
   test('a step that answers the client ends the pipeline; later steps do not run', async () => {
     const later = jest.fn();
     const d = (await run(
-      [step('conditional-decode', () => ({ respond: { status: 200, headers: { 'content-type': 'text/plain' }, body: Buffer.from('hit') } })), step('decode', later)],
+      [step('conditional-decode', () => ({ respond: { status: 200, headers: { 'content-type': 'text/plain' }, body: Buffer.from('hit') }, cacheHit: true })), step('decode', later)],
       '{}',
     )) as RespondDecision;
     expect(d).toMatchObject({ kind: 'respond', status: 200 });
     expect(d.metadata['path_taken']).toBe('cache_hit');
+    expect(later).not.toHaveBeenCalled();
+  });
+
+  test('a step\'s own answer (not a served worker answer) is path_taken step_response', async () => {
+    const later = jest.fn();
+    const d = (await run([step('async-broker', () => ({ respond: { status: 429, headers: {}, body: Buffer.from('{}') } })), step('decode', later)], '{}')) as RespondDecision;
+    expect(d).toMatchObject({ kind: 'respond', status: 429 });
+    expect(d.metadata).toMatchObject({ path_taken: 'step_response', status: 429 });
     expect(later).not.toHaveBeenCalled();
   });
 
