@@ -8,9 +8,10 @@
  * - observability implements the hooks the lower layers define (PipelineObserver, SideCallObserver,
  *   the stream observer), so it may import them; nothing below imports observability.
  * - extproc and the pipeline meet only at the Decision/RequestHandler seam: extproc may import
- *   pipeline/decision.ts (Decision, Exchange, RequestHandler, RequestHead) and
- *   pipeline/forward-headers.ts (the names a forward may set, which the header budget must count),
- *   nothing else of the pipeline; the pipeline, steps and gateway never import extproc.
+ *   pipeline/decision.ts (Decision, Exchange, RequestHandler, RequestHead) and two pure lists,
+ *   pipeline/forward-headers.ts (the names a forward may set, which the header budget must count)
+ *   and pipeline/hop-by-hop.ts (the one hop-by-hop list, which local replies skip); nothing else
+ *   of the pipeline. The pipeline, steps and gateway never import extproc.
  * - steps use the pipeline (Step, RequestContext, errors, the side-call port), connectors, config,
  *   and gateway's capped body reader for media downloads; never extproc.
  * - gateway implements the pipeline's side-call port (pipeline/side-call.ts) and raises the
@@ -27,7 +28,7 @@ const LAYERS: Record<string, readonly string[]> = {
   'service.ts': ['server-tls.ts', 'observability', 'extproc', 'steps', 'gateway', 'pipeline', 'config'],
   'server-tls.ts': ['config'],
   observability: ['extproc', 'gateway', 'pipeline', 'config'],
-  extproc: ['pipeline/decision.ts', 'pipeline/forward-headers.ts'],
+  extproc: ['pipeline/decision.ts', 'pipeline/forward-headers.ts', 'pipeline/hop-by-hop.ts'],
   steps: ['connectors', 'gateway', 'pipeline', 'config'],
   connectors: ['pipeline', 'config'],
   gateway: ['pipeline', 'config'],
