@@ -1,6 +1,6 @@
 /**
- * Prometheus metrics: the upstream coordinator's families (`llm_d_coordinator_*`, reference §7 and
- * §12.6) with the same names, labels and buckets, plus the ext_proc view (`epd_coordinator_*`).
+ * Prometheus metrics: the upstream coordinator's families (`llm_d_coordinator_*`)
+ * with the same names, labels and buckets, plus the ext_proc view (`epd_coordinator_*`).
  *
  * One {@link CoordinatorMetrics} owns its own Registry and implements the pipeline, side-call and
  * stream observer interfaces, so neither the pipeline nor the protocol layer imports prom-client.

@@ -149,7 +149,7 @@ export class RequestContext {
   }
 
   /**
-   * The base header set of every side call (reference §2.4): the client's headers minus
+   * The base header set of every side call: the client's headers minus
    * hop-by-hop, content framing and the coordinator-owned `epp-profile`. Steps stamp their own
    * headers on a copy.
    */

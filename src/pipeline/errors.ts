@@ -114,7 +114,7 @@ export interface ClassifiedError {
   readonly upstreamStatus?: number;
 }
 
-/** Maps any thrown value to the client's answer (reference §5.5). */
+/** Maps any thrown value to the client's answer. */
 export function classify(err: unknown, requestId: string): ClassifiedError {
   const id = ` (request_id: ${requestId})`;
   if (err instanceof BadRequestError) {

@@ -1,5 +1,5 @@
 /**
- * `encode` (reference §3.4): one single-token request per image through the gateway to an encode
+ * `encode`: one single-token request per image through the gateway to an encode
  * worker, in parallel, so the encoder cache holds every image before prefill runs. The EC connector
  * turns the answers into what prefill forwards.
  */

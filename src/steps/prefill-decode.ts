@@ -1,11 +1,11 @@
 /**
- * `prefill-decode` (reference §12.4): prefill and decode in flight together, for KV connectors
+ * `prefill-decode`: prefill and decode in flight together, for KV connectors
  * whose prefill worker waits for its decode peer (SGLang). The serial `prefill` -> `decode` steps
  * cannot drive SGLang (llm-d-router #2974): an SGLang prefill only completes once the decode worker
  * has connected to the prefill pod's bootstrap server, and decode can only do so when its body
  * names that pod (`bootstrap_host`), the port and an integer room shared by both legs.
  *
- * ext_proc shape (§12.4.6): the reserve and the prefill are side calls, the decode is the client
+ * ext_proc shape: the reserve and the prefill are side calls, the decode is the client
  * request rewritten and forwarded by Envoy. So the step reserves a prefill pod, starts the pinned
  * prefill, and returns without waiting for it; Envoy forwards decode while prefill runs. A prefill
  * that fails afterwards can only be logged: the forwarded decode is Envoy's, and fails (or times
@@ -150,7 +150,7 @@ class PrefillDecodeStep implements Step {
     return { host: endpoint.host, value: value.trim() };
   }
 
-  /** The decode body as the decode step shapes it (§3.6), minus any transfer params. */
+  /** The decode body as the decode step shapes it, minus any transfer params. */
   private shapeDecodeBody(ctx: RequestContext, format: ReturnType<typeof resolveFormat>): void {
     injectImageUuids(ctx);
     const body = ctx.body;

@@ -1,5 +1,5 @@
 /**
- * `prefill` (reference §3.5): one single-token, non-streaming request through the gateway to a
+ * `prefill`: one single-token, non-streaming request through the gateway to a
  * prefill worker, whose answer carries the KV-cache location decode will pull from.
  */
 import type { RequestContext } from '../pipeline/context';

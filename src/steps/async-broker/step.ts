@@ -1,5 +1,5 @@
 /**
- * The `async-broker` step (reference async-broker.md §2): requests with the mode header are
+ * The `async-broker` step: requests with the mode header are
  * classified and stamped (passthrough), or queued for llm-d-async (enqueue, wait); requests without
  * it are untouched.
  */
@@ -18,7 +18,7 @@ import { admit } from './submit';
 import { holdForResult } from './wait';
 import { Wakeup } from './wakeup';
 
-/** Deprecated aliases the EPP still reads; a client must not self-assign priority through them (A3). */
+/** Deprecated aliases the EPP still reads; a client must not self-assign priority through them. */
 const DEPRECATED_ALIASES = ['x-gateway-inference-objective', 'x-gateway-inference-fairness-id'];
 
 /**

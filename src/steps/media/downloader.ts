@@ -1,5 +1,5 @@
 /**
- * Downloads one image for replace-media-urls (reference §3.1), with its own HTTP client (never the
+ * Downloads one image for replace-media-urls, with its own HTTP client (never the
  * gateway's): a fresh connection per hop, dialled by IP after the SSRF guard has passed that IP.
  *
  * 400 (BadRequestError): a URL that is invalid, not http(s), or whose host (or a redirect target's)
@@ -46,7 +46,7 @@ export interface DownloaderOptions {
 
 export interface DownloadedImage {
   readonly data: Buffer;
-  /** The response `Content-Type` verbatim (not validated, Q7), or `application/octet-stream`. */
+  /** The response `Content-Type` verbatim (not validated, as upstream), or `application/octet-stream`. */
   readonly contentType: string;
 }
 

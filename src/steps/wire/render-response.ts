@@ -1,5 +1,5 @@
 /**
- * Reading the render service's answers (reference §3.2, §4.3) with the semantics of upstream's
+ * Reading the render service's answers with the semantics of upstream's
  * typed Go decode: only the fields it declares are read and type-checked, JSON `null` leaves a
  * field at its zero value, and a wrong type anywhere in a read field fails the decode: an
  * UpstreamInvalidError (502, `upstream_invalid`), never the client's fault.
