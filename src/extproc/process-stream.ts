@@ -13,13 +13,10 @@
  * State: `phase` (where the request is), `reply` (a streamed local reply), the Outbound's call
  * state (open | ending | closed), and `request` (what Envoy announced of the body).
  *
- * Body modes (see body-mode.ts):
- * - FULL_DUPLEX_STREAMED: hold the headers reply, collect the chunks (request-body.ts), run the
- *   exchange, then send the decision (deliver.ts). A `respond` whose body is a stream goes out as a
- *   streamed_immediate_response: the held headers reply becomes the local reply's headers.
- * - BUFFERED: acknowledge the headers at once; the single body message carries the whole body; the
- *   body reply carries header and body mutations, with an exact content-length.
- * - anything else: pass-through, unless the request has no body.
+ * Body modes (body-mode.ts): FULL_DUPLEX_STREAMED holds the headers reply and collects the chunks
+ * (request-body.ts); BUFFERED acknowledges the headers at once and gets the body in one message;
+ * anything else passes through, unless the request has no body. deliver.ts turns the decision into
+ * the messages of the mode in use.
  *
  * Two bounds come from Envoy rather than the pipeline: a request whose header map leaves no room
  * for our mutation under Envoy's header-count limit is flagged on its head (header-budget.ts; the
@@ -28,15 +25,15 @@
  *
  * The Envoy layer knows nothing of what an exchange does: only RequestHandler, Exchange, Decision.
  */
-import type { Logger } from 'pino';
-import type { Decision, Exchange, RequestHandler } from '../pipeline/decision';
-import { resolveModes, type FallbackBodyMode, type StreamModes } from './body-mode';
+import type { Decision, Exchange } from '../pipeline/decision';
+import { resolveModes, warnUnsupportedMode, type StreamModes } from './body-mode';
 import { deliver, releaseBody, type DeliveryContext, type DeliveryOutcome, type RequestShape, type Target } from './deliver';
 import { exceedsHeaderBudget } from './header-budget';
 import { decodeRequestHead } from './headers';
 import { IdleDeadline } from './idle-deadline';
 import { GRPC_DEADLINE_EXCEEDED, Outbound, type ProcessCall } from './outbound';
 import { RequestBody } from './request-body';
+import type { ProcessStreamOptions } from './stream-options';
 import {
   EMPTY_REQUEST_BODY,
   EMPTY_REQUEST_HEADERS,
@@ -51,37 +48,8 @@ import {
 import type { HttpBodyIn, HttpHeadersIn, ProcessingRequestIn } from './wire';
 
 export type { ProcessCall } from './outbound';
+export type { ProcessStreamOptions } from './stream-options';
 export { ResponseTooLargeError } from './deliver';
-
-export interface ProcessStreamOptions {
-  readonly handler: RequestHandler;
-  /** The single dynamic-metadata namespace everything is published under. */
-  readonly metadataNamespace: string;
-  readonly fallbackBodyMode: FallbackBodyMode;
-  readonly log: Logger;
-  /**
-   * The server-wide body limit. An exchange's own `maxBodyBytes` applies below it; above it a
-   * FULL_DUPLEX body is never accumulated, whatever the exchange says.
-   */
-  readonly maxBodyBytes: number;
-  /** The largest body we put into one message (immediate response, BUFFERED body reply). */
-  readonly maxResponseBodyBytes: number;
-  /**
-   * Relay streamed `respond` bodies with a streamed_immediate_response when Envoy announced
-   * FULL_DUPLEX_STREAMED (Envoy >= 1.37). Default true; false collects them (Envoy 1.34-1.36).
-   */
-  readonly streamedResponses?: boolean;
-  /**
-   * Ends a stream on which Envoy sent nothing for this long while we wait on it (before the request
-   * is complete); 0 or absent = never. See {@link ProcessStream} (idle deadline).
-   */
-  readonly streamIdleTimeoutMs?: number;
-  /**
-   * Envoy's header-count limit (the listener's max_headers_count); a request with no room left for
-   * our headers is flagged on its head (header-budget.ts). 0 or absent = no check.
-   */
-  readonly maxRequestHeaders?: number;
-}
 
 /**
  * - head: waiting for request_headers
@@ -105,9 +73,6 @@ type ReplyState = 'none' | 'relaying' | 'interrupted' | 'complete';
 const EMPTY = Buffer.alloc(0);
 /** The abort reason of a relay whose stream ended (a string: no DOMException and stack to build). */
 const STREAM_GONE = 'ext_proc stream ended';
-
-// A misconfigured filter would otherwise log on every request.
-const warnedModes = new Set<string>();
 
 export class ProcessStream {
   private modes: StreamModes | null = null;
@@ -189,7 +154,7 @@ export class ProcessStream {
     const headersOnly = msg.end_of_stream === true;
     this.request = headersOnly ? 'headers_only' : 'body';
     if (modes.request === 'unsupported' && !headersOnly) {
-      this.warnUnsupported(modes.requestName);
+      warnUnsupportedMode(this.opts.log, modes.requestName);
       this.passThroughHeaders();
       return;
     }
@@ -365,13 +330,9 @@ export class ProcessStream {
   }
 
   /**
-   * Envoy sent nothing for the idle timeout while it owed us the request. Either its stream is gone
-   * and grpc-js never told us (grpc-js 1.14 can miss the cancel of a stream reset right after it
-   * opened), or Envoy is stuck. The exchange is aborted as on a cancel, the call ends with
-   * DEADLINE_EXCEEDED, and the stream is released. An error status, not a clean end: Envoy takes an
-   * OK end as "carry on without the processor", which would forward an unprocessed request (fail
-   * open); an error makes it answer its 500 instead (failure_mode_allow: false), if anyone is
-   * still listening.
+   * Envoy sent nothing for the idle timeout while it owed us the request (why: idle-deadline.ts).
+   * Aborted as on a cancel, ended with DEADLINE_EXCEEDED (an OK end would make Envoy forward the
+   * request unprocessed), and released.
    */
   private onIdle(): void {
     if (!this.waitingOnEnvoy()) return;
@@ -503,15 +464,6 @@ export class ProcessStream {
     } catch (err) {
       this.opts.log.error({ err }, 'exchange.abort threw');
     }
-  }
-
-  private warnUnsupported(name: string): void {
-    if (warnedModes.has(name)) return;
-    warnedModes.add(name);
-    this.opts.log.warn(
-      { request_body_mode: name },
-      'ext_proc request_body_mode is neither FULL_DUPLEX_STREAMED nor BUFFERED: requests with a body pass through unprocessed',
-    );
   }
 
   private endWithError(details: string, code?: number): void {

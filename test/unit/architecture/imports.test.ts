@@ -3,7 +3,7 @@
  * too) and fails on (a) any import cycle between files and (b) any import between top-level src/
  * entries that LAYERS does not allow.
  *
- * The layering, from DESIGN.md §2 ("each layer knows only the one below it"):
+ * The layering (each layer knows only the ones below it; README "Layout" names the folders):
  * - main.ts and service.ts wire everything and sit on top; server-tls.ts is a wiring helper.
  * - observability implements the hooks the lower layers define (PipelineObserver, SideCallObserver,
  *   the stream observer), so it may import them; nothing below imports observability.
