@@ -175,7 +175,7 @@ export class ProcessStream {
       // Answered from the head alone: no body is read, and no step runs.
       const refused = exchange.refused;
       this.phase = 'delivering';
-      this.out.enqueue(() => this.send(refused, 'headers', null));
+      this.out.enqueue(() => this.answer(refused, 'headers', null));
       return;
     }
     if (headersOnly) {
@@ -370,7 +370,7 @@ export class ProcessStream {
         releaseBody(decision);
         return;
       }
-      await this.send(decision, target, original);
+      await this.answer(decision, target, original);
     });
   }
 
@@ -378,10 +378,10 @@ export class ProcessStream {
     const decision = this.exchange!.tooLarge(receivedBytes);
     this.phase = 'delivering';
     // The body was dropped: a forward decision here has nothing to forward (deliver() fails it).
-    this.out.enqueue(() => this.send(decision, target, null));
+    this.out.enqueue(() => this.answer(decision, target, null));
   }
 
-  private async send(decision: Decision, target: Target, original: Buffer | readonly Buffer[] | null): Promise<void> {
+  private async answer(decision: Decision, target: Target, original: Buffer | readonly Buffer[] | null): Promise<void> {
     let outcome: DeliveryOutcome;
     try {
       outcome = await deliver(decision, target, original, this.deliveryContext());
