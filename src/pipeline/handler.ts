@@ -1,7 +1,7 @@
 import type { Logger } from 'pino';
 import { RequestContext } from './context';
-import type { Decision, Exchange, Metadata, RequestHandler, RequestHead, RespondDecision } from './decision';
-import { PayloadTooLargeError, UpstreamError, classify, errorBody, type ErrorClass } from './errors';
+import type { Decision, Exchange, HeaderBudget, Metadata, RequestHandler, RequestHead, RespondDecision } from './decision';
+import { PayloadTooLargeError, TooManyHeadersError, UpstreamError, classify, errorBody, type ErrorClass } from './errors';
 import { runPipeline, type StepTiming } from './executor';
 import { parseJsonBody, type ParsedJsonBody } from './json-body';
 import { checkJsonDepth } from './json-depth';
@@ -58,7 +58,9 @@ export class PipelineHandler implements RequestHandler {
       this.opts.observer?.decided('passthrough');
       return null;
     }
-    return new PipelineExchange(this.opts, path, head.headers, head.method);
+    const exchange = new PipelineExchange(this.opts, path, head.headers, head.method);
+    if (head.headerBudgetExceeded) exchange.refuse(head.headerBudgetExceeded);
+    return exchange;
   }
 }
 
@@ -156,6 +158,7 @@ class RouteExchange extends BaseExchange {
 }
 
 class PipelineExchange extends BaseExchange {
+  refused: RespondDecision | undefined;
   private readonly observation: RequestObservation;
   /** Fires when the service is done with the request (see RequestContext.finished). */
   private readonly done = new AbortController();
@@ -176,6 +179,14 @@ class PipelineExchange extends BaseExchange {
     this.done.abort(reason);
     // Gone before the body was complete: nothing else will end this request's observation.
     if (!this.answering) this.observe('error', undefined, { errorClass: 'cancelled', step: 'receive' });
+  }
+
+  /** The head alone refuses the request: answered like any failure, so it is observed like one. */
+  refuse(count: HeaderBudget): void {
+    this.answering = true;
+    this.log.info({ headers: count.entries, allowed: count.allowed }, 'request has too many headers for our mutation: 431');
+    this.refused = this.failure(new TooManyHeadersError(count.entries, count.allowed), 'headers', [], {});
+    this.observe('error', this.refused.status, this.failedWith);
   }
 
   override tooLarge(receivedBytes: number): Decision {
@@ -259,7 +270,7 @@ class PipelineExchange extends BaseExchange {
           status: r.status,
           headers: r.headers,
           body: r.body,
-          metadata: this.metadata('cache_hit', outcome.timings, { ...facts, status: r.status }),
+          metadata: this.metadata(outcome.cacheHit ? 'cache_hit' : 'step_response', outcome.timings, { ...facts, status: r.status }),
         };
       }
       case 'completed':
