@@ -1,13 +1,14 @@
 import type { Logger } from 'pino';
 import { RequestContext } from './context';
 import type { Decision, Exchange, Metadata, RequestHandler, RequestHead, RespondDecision } from './decision';
-import { PayloadTooLargeError, UpstreamError, classify, errorBody, type ErrorClass } from './errors';
+import { BadRequestError, PayloadTooLargeError, UpstreamError, classify, errorBody, type ErrorClass } from './errors';
 import { runPipeline, type StepTiming } from './executor';
 import { parseJsonBody, type ParsedJsonBody } from './json-body';
 import { checkJsonDepth } from './json-depth';
 import { NOOP_PIPELINE_OBSERVER, type DecisionPath, type PipelineObserver, type RequestObservation } from './observer';
 import { sanitiseRequestId } from './request-id';
 import { isInferenceRequest, stripQuery } from './inference-request';
+import { DEFAULT_HEADER_POLICY, invalidHeaderMessage, screenHeaders, type HeaderPolicy, type ScreenedHeaders } from './header-policy';
 import type { Route, Step } from './step';
 
 
@@ -19,6 +20,8 @@ export interface HandlerOptions {
   readonly log: Logger;
   /** Metrics and tracing hooks; default none. */
   readonly observer?: PipelineObserver;
+  /** Which gateway headers a client may set (header-policy.ts); default none. */
+  readonly headerPolicy?: HeaderPolicy;
 }
 
 const JSON_HEADERS = { 'content-type': 'application/json' } as const;
@@ -49,16 +52,20 @@ export class PipelineHandler implements RequestHandler {
 
   begin(head: RequestHead): Exchange | null {
     const path = stripQuery(head.path);
+    // Before anything reads them: untrusted gateway headers go, a non-ASCII value is refused.
+    const screened = screenHeaders(head.headers, this.opts.headerPolicy ?? DEFAULT_HEADER_POLICY);
+    if (screened.invalid !== undefined) return new RefusedExchange(this.opts, path, head.headers, invalidHeaderMessage(screened.invalid));
     for (const route of this.opts.routes ?? []) {
       if (route.method !== head.method) continue;
       const params = route.match(path);
-      if (params) return new RouteExchange(this.opts, path, head.headers, route, params);
+      if (params) return new RouteExchange(this.opts, path, screened.headers, route, params);
     }
     if (!isInferenceRequest(head.method, path)) {
       this.opts.observer?.decided('passthrough');
-      return null;
+      // Untouched unless the client sent gateway headers: then they are removed, body kept as it is.
+      return screened.removed.length > 0 ? new ScreenedPassthroughExchange(this.opts, path, screened) : null;
     }
-    return new PipelineExchange(this.opts, path, head.headers, head.method);
+    return new PipelineExchange(this.opts, path, screened.headers, head.method, screened.removed);
   }
 }
 
@@ -123,6 +130,37 @@ abstract class BaseExchange implements Exchange {
   }
 }
 
+/** A request refused from its head alone (a header the service will not pass on): a 400, no step runs. */
+class RefusedExchange extends BaseExchange {
+  constructor(
+    opts: HandlerOptions,
+    path: string,
+    headers: Record<string, string>,
+    private readonly message: string,
+  ) {
+    super(opts, path, headers);
+  }
+
+  async complete(): Promise<Decision> {
+    return this.failure(new BadRequestError(this.message), 'headers', [], {});
+  }
+}
+
+/** A pass-through request that carried gateway headers: forwarded as it came, without them. */
+class ScreenedPassthroughExchange extends BaseExchange {
+  constructor(
+    opts: HandlerOptions,
+    path: string,
+    private readonly screened: ScreenedHeaders,
+  ) {
+    super(opts, path, screened.headers);
+  }
+
+  async complete(): Promise<Decision> {
+    return { kind: 'forward', setHeaders: {}, removeHeaders: this.screened.removed, body: null, metadata: this.metadata('passthrough', [], {}) };
+  }
+}
+
 /** A request answered by a step-registered {@link Route}. */
 class RouteExchange extends BaseExchange {
   constructor(
@@ -166,7 +204,14 @@ class PipelineExchange extends BaseExchange {
   private timings: readonly StepTiming[] = [];
   private parseMs = 0;
 
-  constructor(opts: HandlerOptions, path: string, headers: Record<string, string>, method: string) {
+  constructor(
+    opts: HandlerOptions,
+    path: string,
+    headers: Record<string, string>,
+    method: string,
+    /** Untrusted gateway headers the client sent: the forwarded request must not carry them. */
+    private readonly untrusted: readonly string[],
+  ) {
     super(opts, path, headers);
     this.observation = (opts.observer ?? NOOP_PIPELINE_OBSERVER).requestStarted({ method, path, headers });
   }
@@ -220,6 +265,16 @@ class PipelineExchange extends BaseExchange {
     });
   }
 
+  /**
+   * What the forwarded request must lose: the step's list plus the client's untrusted gateway
+   * headers, except those the service sets itself (a set wins; removing it too would drop ours).
+   */
+  private removals(set: Readonly<Record<string, string>>, fromSteps: readonly string[]): string[] {
+    const out = new Set(fromSteps);
+    for (const name of this.untrusted) if (!(name in set)) out.add(name);
+    return [...out];
+  }
+
   private async decide(raw: readonly Buffer[], length: number): Promise<Decision> {
     const parseStart = performance.now();
     // Parsed once; anything but a JSON object is a 400, as upstream.
@@ -265,13 +320,15 @@ class PipelineExchange extends BaseExchange {
       case 'completed':
         if (!ctx.decode) {
           // No step produced a decode request: the client's request goes on as it came.
-          return { kind: 'forward', setHeaders: { ...ctx.stampedHeaders() }, removeHeaders: [], body: null, metadata: this.metadata('passthrough', outcome.timings, facts) };
+          const setHeaders = { ...ctx.stampedHeaders() };
+          return { kind: 'forward', setHeaders, removeHeaders: this.removals(setHeaders, []), body: null, metadata: this.metadata('passthrough', outcome.timings, facts) };
         }
         try {
+          const setHeaders = { ...ctx.stampedHeaders(), ...ctx.decode.headers };
           return {
             kind: 'forward',
-            setHeaders: { ...ctx.stampedHeaders(), ...ctx.decode.headers },
-            removeHeaders: ctx.decode.removeHeaders ?? [],
+            setHeaders,
+            removeHeaders: this.removals(setHeaders, ctx.decode.removeHeaders ?? []),
             body: forwardBody(ctx.serialize(ctx.body)),
             metadata: this.metadata('cascade', outcome.timings, facts),
           };
