@@ -62,8 +62,7 @@ export class PipelineHandler implements RequestHandler {
     }
     if (!isInferenceRequest(head.method, path)) {
       this.opts.observer?.decided('passthrough');
-      // Untouched unless the client sent gateway headers: then they are removed, body kept as it is.
-      return screened.removed.length > 0 ? new ScreenedPassthroughExchange(this.opts, path, screened) : null;
+      return new PassthroughExchange(this.opts, path, screened);
     }
     return new PipelineExchange(this.opts, path, screened.headers, head.method, screened.removed);
   }
@@ -146,8 +145,13 @@ class RefusedExchange extends BaseExchange {
   }
 }
 
-/** A pass-through request that carried gateway headers: forwarded as it came, without them. */
-class ScreenedPassthroughExchange extends BaseExchange {
+/**
+ * A request the pipeline does not run (the other OpenAI APIs the edge lets through, reference
+ * §5.12/§12.10): forwarded to decode as upstream's passthrough does, body as it came (capped at
+ * the body limit: 413 above it), `EPP-Profile: decode`, our request id, and without the client's
+ * gateway headers.
+ */
+class PassthroughExchange extends BaseExchange {
   constructor(
     opts: HandlerOptions,
     path: string,
@@ -157,7 +161,13 @@ class ScreenedPassthroughExchange extends BaseExchange {
   }
 
   async complete(): Promise<Decision> {
-    return { kind: 'forward', setHeaders: {}, removeHeaders: this.screened.removed, body: null, metadata: this.metadata('passthrough', [], {}) };
+    return {
+      kind: 'forward',
+      setHeaders: { 'epp-profile': 'decode', 'x-request-id': this.requestId },
+      removeHeaders: this.screened.removed.filter((h) => h !== 'epp-profile'),
+      body: null,
+      metadata: this.metadata('passthrough', [], {}),
+    };
   }
 }
 

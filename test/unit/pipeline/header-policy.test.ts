@@ -110,10 +110,11 @@ describe('PipelineHandler with the header policy', () => {
     expect(seen).toHaveLength(0);
   });
 
-  test('a pass-through request is left alone, unless it carries gateway headers: then they are removed', async () => {
-    expect(handler().begin({ method: 'GET', path: '/v1/models', headers: { accept: 'application/json' } })).toBeNull();
-    const ex = handler().begin({ method: 'GET', path: '/v1/models', headers: { 'x-gateway-inference-fairness-id': '\xff\xff', accept: 'application/json' } })!;
+  test('a pass-through request loses the client\'s gateway headers and gets the service\'s profile', async () => {
+    const ex = handler().begin({ method: 'GET', path: '/v1/models', headers: { 'x-gateway-inference-fairness-id': '\xff\xff', 'epp-profile': 'prefill', accept: 'application/json' } })!;
     const d = (await ex.complete(Buffer.alloc(0))) as ForwardDecision;
-    expect(d).toMatchObject({ kind: 'forward', setHeaders: {}, removeHeaders: ['x-gateway-inference-fairness-id'], body: null });
+    expect(d).toMatchObject({ kind: 'forward', removeHeaders: ['x-gateway-inference-fairness-id'], body: null });
+    expect(d.setHeaders['epp-profile']).toBe('decode');
+    expect(seen).toHaveLength(0);
   });
 });
