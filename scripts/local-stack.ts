@@ -117,12 +117,34 @@ export async function checkPortsFree(ports: LocalStackPorts): Promise<void> {
   if (busy.length > 0) throw new PortsBusyError(busy);
 }
 
+/** A 1x1 PNG, inline: the image the stack's example request carries (no download needed). */
+const STACK_IMAGE_URI =
+  'data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg==';
+
+/** The multimodal request `npm run stack` prints and the README shows (a test keeps them equal). */
+export const STACK_IMAGE_REQUEST = JSON.stringify({
+  model: 'sim-model',
+  messages: [{ role: 'user', content: [{ type: 'text', text: 'What is in this image?' }, { type: 'image_url', image_url: { url: STACK_IMAGE_URI } }] }],
+});
+
+/**
+ * The stack's pipeline: the full E/P/D cascade. The async broker must run first (a no-op for
+ * requests without the X-AP-Mode header); conditional decode probes after render, before encode,
+ * so a hit skips encode and prefill.
+ */
+export function stackSteps(opts: { renderUrl: string; redisUrl?: string; conditionalDecode?: boolean }): Array<{ type: string; params?: Record<string, unknown> }> {
+  return [
+    ...(opts.redisUrl ? [{ type: 'async-broker', params: { redis_url: opts.redisUrl, wait_cap_seconds: 55 } }] : []),
+    { type: 'replace-media-urls' },
+    { type: 'render', params: { address: opts.renderUrl, timeout: '30s' } },
+    ...(opts.conditionalDecode ? [{ type: 'conditional-decode' }] : []),
+    { type: 'encode' },
+    { type: 'prefill' },
+    { type: 'decode' },
+  ];
+}
+
 export function coordinatorConfig(opts: Pick<LocalStackOptions, 'ports' | 'kvConnector' | 'logLevel' | 'conditionalDecode'>): string {
-  const render = { type: 'render', params: { address: `http://127.0.0.1:${opts.ports.render}`, timeout: '30s' } };
-  // The async broker must run first; it is a no-op for requests without the X-AP-Mode header.
-  const asyncBroker = opts.ports.redis
-    ? [{ type: 'async-broker', params: { redis_url: `redis://127.0.0.1:${opts.ports.redis}/0`, wait_cap_seconds: 55 } }]
-    : [];
   const doc = {
     log_level: opts.logLevel ?? 2,
     server: {
@@ -135,7 +157,11 @@ export function coordinatorConfig(opts: Pick<LocalStackOptions, 'ports' | 'kvCon
     pipeline: {
       kv_connector: opts.kvConnector,
       use_openai_format: true,
-      steps: [...asyncBroker, render, ...(opts.conditionalDecode ? [{ type: 'conditional-decode' }] : []), { type: 'prefill' }, { type: 'decode' }],
+      steps: stackSteps({
+        renderUrl: `http://127.0.0.1:${opts.ports.render}`,
+        redisUrl: opts.ports.redis ? `redis://127.0.0.1:${opts.ports.redis}/0` : undefined,
+        conditionalDecode: opts.conditionalDecode,
+      }),
     },
   };
   return `# Written by scripts/local-stack.ts for this run; edits are overwritten.\n${yaml.dump(doc, { lineWidth: 120 })}`;

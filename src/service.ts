@@ -11,6 +11,7 @@ import { combineObservers } from './pipeline/observer';
 import { StepRegistry } from './pipeline/registry';
 import type { Route, Step, StepDeps } from './pipeline/step';
 import { registerBuiltinSteps } from './steps';
+import { pipelineCoverage } from './steps/pipeline-coverage';
 import { HealthService, type DependencyCheck, type ReadinessCheck } from './observability/health';
 import { createLogger } from './observability/logger';
 import { CoordinatorMetrics } from './observability/metrics';
@@ -133,6 +134,8 @@ export async function startService(config: AppConfig, opts: ServiceOptions = {})
     registerBuiltinSteps(registry);
     opts.registerSteps?.(registry);
     const steps = buildPipeline(config.pipeline, registry, deps);
+    const coverage = pipelineCoverage(config.pipeline.steps.map((s) => s.type));
+    for (const w of coverage.warnings) log.warn(w);
 
     const checks: ReadinessCheck[] = [...(opts.readinessChecks ?? [])];
     const dependencies: DependencyCheck[] = [];
@@ -153,6 +156,7 @@ export async function startService(config: AppConfig, opts: ServiceOptions = {})
       log,
       observer: combineObservers([metrics, tracing].filter((o) => o !== undefined)),
       headerPolicy: policy,
+      admit: coverage.admit,
     });
     const health = new HealthService({ checks, dependencies, intervalMs: opts.readinessIntervalMs, log });
     cleanups.push(async () => health.stopPolling());

@@ -22,6 +22,11 @@ export interface HandlerOptions {
   readonly observer?: PipelineObserver;
   /** Which gateway headers a client may set (header-policy.ts); default none. */
   readonly headerPolicy?: HeaderPolicy;
+  /**
+   * Refuses, by throwing (a BadRequestError: 400), a request this pipeline cannot serve, before
+   * any step runs: e.g. an image on a pipeline without replace-media-urls (steps/pipeline-coverage.ts).
+   */
+  readonly admit?: (ctx: RequestContext) => void;
 }
 
 const JSON_HEADERS = { 'content-type': 'application/json' } as const;
@@ -307,6 +312,11 @@ class PipelineExchange extends BaseExchange {
       log: this.log,
     }));
     this.observation.parsed(ctx, length);
+    try {
+      this.opts.admit?.(ctx);
+    } catch (err) {
+      return this.failure(err, 'admission', [], { parse_ms: round(parseMs) });
+    }
     const outcome = await runPipeline(this.opts.steps, ctx, this.observation);
     this.timings = outcome.timings;
     const facts: Metadata = {
