@@ -1,6 +1,6 @@
 import type { Logger } from 'pino';
 import { RequestContext } from './context';
-import type { Decision, Exchange, Metadata, RequestHandler, RequestHead, RespondDecision } from './decision';
+import type { Decision, Exchange, ForwardDecision, Metadata, RequestHandler, RequestHead, RespondDecision } from './decision';
 import { BadRequestError, PayloadTooLargeError, UpstreamError, classify, errorBody, type ErrorClass } from './errors';
 import { runPipeline, type StepTiming } from './executor';
 import { parseJsonBody, type ParsedJsonBody } from './json-body';
@@ -281,13 +281,13 @@ class PipelineExchange extends BaseExchange {
   }
 
   /**
-   * What the forwarded request must lose: the step's list plus the client's untrusted gateway
-   * headers, except those the service sets itself (a set wins; removing it too would drop ours).
+   * The forward plus the client's untrusted gateway headers to remove, except those the service
+   * sets itself (a set wins; removing it too would drop ours).
    */
-  private removals(set: Readonly<Record<string, string>>, fromSteps: readonly string[]): string[] {
-    const out = new Set(fromSteps);
-    for (const name of this.untrusted) if (!(name in set)) out.add(name);
-    return [...out];
+  private withRemovals(d: ForwardDecision): ForwardDecision {
+    const out = new Set(d.removeHeaders);
+    for (const name of this.untrusted) if (!(name in d.setHeaders)) out.add(name);
+    return { ...d, removeHeaders: [...out] };
   }
 
   private async decide(raw: readonly Buffer[], length: number): Promise<Decision> {
@@ -340,18 +340,16 @@ class PipelineExchange extends BaseExchange {
       case 'completed':
         if (!ctx.decode) {
           // No step produced a decode request: the client's request goes on as it came.
-          const setHeaders = { ...ctx.stampedHeaders() };
-          return { kind: 'forward', setHeaders, removeHeaders: this.removals(setHeaders, []), body: null, metadata: this.metadata('passthrough', outcome.timings, facts) };
+          return this.withRemovals({ kind: 'forward', setHeaders: { ...ctx.stampedHeaders() }, removeHeaders: [], body: null, metadata: this.metadata('passthrough', outcome.timings, facts) });
         }
         try {
-          const setHeaders = { ...ctx.stampedHeaders(), ...ctx.decode.headers };
-          return {
+          return this.withRemovals({
             kind: 'forward',
-            setHeaders,
-            removeHeaders: this.removals(setHeaders, ctx.decode.removeHeaders ?? []),
+            setHeaders: { ...ctx.stampedHeaders(), ...ctx.decode.headers },
+            removeHeaders: ctx.decode.removeHeaders ?? [],
             body: forwardBody(ctx.serialize(ctx.body)),
             metadata: this.metadata('cascade', outcome.timings, facts),
-          };
+          });
         } catch (err) {
           return this.failure(err, 'decode', outcome.timings, facts);
         }

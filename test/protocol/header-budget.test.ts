@@ -247,6 +247,7 @@ describe('every header the forward can add is counted', () => {
         'observability/tracing.ts stampHeader TRACEPARENT', // traceparent
         'pipeline/handler.ts setHeaders { ...ctx.stampedHeaders() }',
         'pipeline/handler.ts setHeaders { ...ctx.stampedHeaders(), ...ctx.decode.headers }',
+        "pipeline/handler.ts setHeaders { 'epp-profile': 'decode', 'x-request-id': this.requestId }", // passthrough, as upstream
         'steps/async-broker/step.ts stampHeader name', // clearHeader: only a header the client sent
         'steps/async-broker/step.ts stampHeader this.config.fairnessHeader', // configurable name
         'steps/async-broker/step.ts stampHeader this.config.objectiveHeader', // configurable name
