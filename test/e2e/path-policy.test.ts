@@ -9,37 +9,9 @@ import { Client } from 'undici';
 import { KNOWN_CONTROL_PATHS, PIPELINE_PATHS, REFUSED_PATH_BODY } from '../../scripts/path-policy';
 import { INFERENCE_PATHS } from '../../src/pipeline/inference-request';
 import { startStack, ROLES, type Stack } from '../support/stack';
+import { PATH_VARIANTS } from '../support/trust-cases';
 
 const chat = JSON.stringify({ model: 'sim-model', messages: [{ role: 'user', content: 'path' }], max_tokens: 2 });
-
-/** What a variant must get: the pipeline runs (a prefill leg, then decode), a refusal, or a redirect. */
-type Answer = 'pipeline' | 404 | 400 | 307;
-
-/** Variants of the inference path, and of control paths dressed up as one. */
-const VARIANTS: ReadonlyArray<[string, Answer]> = [
-  ['/v1/chat/completions', 'pipeline'],
-  ['/v1/chat/completions?stream=false', 'pipeline'],
-  ['//v1/chat/completions', 'pipeline'],
-  ['/v1//chat///completions', 'pipeline'],
-  ['/v1/./chat/completions', 'pipeline'],
-  ['/v1/x/../chat/completions', 'pipeline'],
-  ['/v1/chat/completions/', 404],
-  ['/v1/chat/completions//', 404],
-  ['/v1/chat/completions/.', 404],
-  ['/v1/chat/completions%00', 400],
-  ['/v1/chat/completions/..;/', 404],
-  ['/v1/chat/completions/..;/render', 404],
-  ['/v1/chat/completions;x', 404],
-  ['/V1/chat/completions', 404],
-  ['/v1/chat%2Fcompletions', 307],
-  ['/v1/chat%2fcompletions', 307],
-  ['/v1/chat/completions/../../metrics', 404],
-  ['/v1/chat/completions/%2e%2e/%2e%2e/metrics', 404],
-  ['//metrics', 404],
-  ['/metrics/', 404],
-  ['/admin/../admin/config', 404],
-  ['/v1/requests/../../sleep', 404],
-];
 
 describe.each(['full_duplex', 'buffered'] as const)('path policy through Envoy (%s)', (bodyMode) => {
   let stack: Stack;
@@ -73,7 +45,7 @@ describe.each(['full_duplex', 'buffered'] as const)('path policy through Envoy (
     expect(workerRequests()).toEqual([]);
   });
 
-  test.each(VARIANTS)('POST %s: %s', async (path, answer) => {
+  test.each(PATH_VARIANTS)('POST %s: %s', async (path, answer) => {
     const res = await send('POST', path);
     if (answer === 'pipeline') {
       expect(res.status).toBe(200);

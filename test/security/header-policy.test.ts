@@ -8,17 +8,12 @@
  * answers, so the same cases can later be pointed at a stack with the real EPP in front.
  */
 import { request } from 'undici';
-import { GATEWAY_HEADERS } from '../../src/pipeline/header-policy';
 import { PNG_BYTES } from '../unit/media/image-server';
 import { TestClient } from '../support/client';
 import { startStack, type Stack } from '../support/stack';
+import { LATIN1_VALUE, spoofedGatewayHeaders } from '../support/trust-cases';
 
-/** Every gateway header the policy knows, with a value a hostile client would send. */
-const SPOOFED: Record<string, string> = Object.fromEntries(
-  [...GATEWAY_HEADERS.keys()].filter((h) => h !== 'prefer').map((h) => [h, `spoofed-${h.length}`]),
-);
-// `prefer: if-available` would make a conditional-decode pool answer; reserve-endpoint asks the EPP for a pod.
-SPOOFED['prefer'] = 'reserve-endpoint';
+const SPOOFED = spoofedGatewayHeaders();
 
 const pngUri = `data:image/png;base64,${PNG_BYTES.toString('base64')}`;
 const imageChat = {
@@ -85,8 +80,7 @@ describe.each(['full_duplex', 'buffered'] as const)('the header policy through E
     expect(stack.sims.decode.requests[0]!.headers).not.toHaveProperty('x-llm-d-inference-objective');
   });
 
-  // 100 x U+00FF: undici sends it as latin-1 bytes, the value that crashed the real EPP.
-  const latin1 = '\u00ff'.repeat(100);
+  const latin1 = LATIN1_VALUE;
   test.each([
     ['a trusted gateway header', 'x-llm-d-slo-ttft-ms', 'POST', '/v1/chat/completions'],
     ['an ordinary header', 'x-client-note', 'POST', '/v1/chat/completions'],
