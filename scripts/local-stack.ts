@@ -58,6 +58,11 @@ export interface LocalStackOptions {
    * nothing sends it `Prefer: if-available`, so every request is a plain cascade. Default false.
    */
   readonly conditionalDecode?: boolean;
+  /**
+   * The multimodal steps too (replace-media-urls before render, encode before prefill): what
+   * `npm run stack` runs. Default false, so the benchmarks keep measuring the text P/D cascade.
+   */
+  readonly multimodal?: boolean;
   /** Access-log flush interval. */
   readonly flushIntervalMs?: number;
   /** Write V8 CPU profiles of the coordinator (`--cpu-prof`) into this directory, for benchmarks. */
@@ -132,19 +137,20 @@ export const STACK_IMAGE_REQUEST = JSON.stringify({
  * requests without the X-AP-Mode header); conditional decode probes after render, before encode,
  * so a hit skips encode and prefill.
  */
-export function stackSteps(opts: { renderUrl: string; redisUrl?: string; conditionalDecode?: boolean }): Array<{ type: string; params?: Record<string, unknown> }> {
+export function stackSteps(opts: { renderUrl: string; redisUrl?: string; conditionalDecode?: boolean; multimodal?: boolean }): Array<{ type: string; params?: Record<string, unknown> }> {
+  const multimodal = opts.multimodal ?? true;
   return [
     ...(opts.redisUrl ? [{ type: 'async-broker', params: { redis_url: opts.redisUrl, wait_cap_seconds: 55 } }] : []),
-    { type: 'replace-media-urls' },
+    ...(multimodal ? [{ type: 'replace-media-urls' }] : []),
     { type: 'render', params: { address: opts.renderUrl, timeout: '30s' } },
     ...(opts.conditionalDecode ? [{ type: 'conditional-decode' }] : []),
-    { type: 'encode' },
+    ...(multimodal ? [{ type: 'encode' }] : []),
     { type: 'prefill' },
     { type: 'decode' },
   ];
 }
 
-export function coordinatorConfig(opts: Pick<LocalStackOptions, 'ports' | 'kvConnector' | 'logLevel' | 'conditionalDecode'>): string {
+export function coordinatorConfig(opts: Pick<LocalStackOptions, 'ports' | 'kvConnector' | 'logLevel' | 'conditionalDecode' | 'multimodal'>): string {
   const doc = {
     log_level: opts.logLevel ?? 2,
     server: {
@@ -161,6 +167,7 @@ export function coordinatorConfig(opts: Pick<LocalStackOptions, 'ports' | 'kvCon
         renderUrl: `http://127.0.0.1:${opts.ports.render}`,
         redisUrl: opts.ports.redis ? `redis://127.0.0.1:${opts.ports.redis}/0` : undefined,
         conditionalDecode: opts.conditionalDecode,
+        multimodal: opts.multimodal ?? false,
       }),
     },
   };

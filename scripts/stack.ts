@@ -103,6 +103,7 @@ async function main(): Promise<void> {
       kvConnector: args.kvConnector,
       simArgs: args.simArgs,
       conditionalDecode: args.conditionalDecode,
+      multimodal: true,
       say,
     });
   } catch (err) {

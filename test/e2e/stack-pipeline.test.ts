@@ -21,7 +21,7 @@ describe('the stack\'s pipeline (npm run stack)', () => {
     redis = await RedisServer.start();
     stack = await startStack({
       simulator: { honourPreferIfAvailable: true },
-      steps: ({ render }) => stackSteps({ renderUrl: render, redisUrl: redis.url(), conditionalDecode: true }),
+      steps: ({ render }) => stackSteps({ renderUrl: render, redisUrl: redis.url(), conditionalDecode: true, multimodal: true }),
     });
     client = new TestClient(stack.publicUrl);
   }, 120_000);
