@@ -7,6 +7,7 @@
 import { readFileSync, writeFileSync } from 'node:fs';
 import { isIP } from 'node:net';
 import { join, resolve } from 'node:path';
+import { renderPublicRoutes } from './path-policy';
 
 export type EnvoyBodyMode = 'full_duplex' | 'buffered';
 
@@ -176,7 +177,7 @@ function placeholders(o: EnvoyBootstrapOptions): Record<string, string> {
     REQUEST_BODY_MODE: buffered ? 'BUFFERED' : 'FULL_DUPLEX_STREAMED',
     // FULL_DUPLEX_STREAMED requires trailers SEND; buffered mode does not need them.
     REQUEST_TRAILER_MODE: buffered ? 'SKIP' : 'SEND',
-    ROUTE_BODY_BUFFER_LIMIT: String(buffered ? BUFFERED_BODY_LIMIT_BYTES : STREAMING_BODY_LIMIT_BYTES),
+    PUBLIC_ROUTES: renderPublicRoutes('              ', String(buffered ? BUFFERED_BODY_LIMIT_BYTES : STREAMING_BODY_LIMIT_BYTES)),
     ACCESS_LOG_PATH: checkPath(o.accessLogPath),
     EXTPROC_TRANSPORT_SOCKET: extProcTransportSocket(o.extProcTls),
     EXTPROC_STREAM_CAP: extProcStreamCap(o.extProcStreamCap),

@@ -5,10 +5,13 @@ import { startExtProcServer, type ExtProcServer } from './extproc/server';
 import { PooledSideCallClient, type SideCallClient } from './gateway/client';
 import { buildPipeline } from './pipeline/builder';
 import { PipelineHandler } from './pipeline/handler';
+import { ConfigError } from './config/errors';
+import { headerPolicy, HeaderPolicyError, type HeaderPolicy } from './pipeline/header-policy';
 import { combineObservers } from './pipeline/observer';
 import { StepRegistry } from './pipeline/registry';
 import type { Route, StepDeps } from './pipeline/step';
 import { registerBuiltinSteps } from './steps';
+import { pipelineCoverage } from './steps/pipeline-coverage';
 import { HealthService, type DependencyCheck, type ReadinessCheck } from './observability/health';
 import { createLogger } from './observability/logger';
 import { CoordinatorMetrics } from './observability/metrics';
@@ -50,6 +53,16 @@ function named(check: () => Promise<boolean>, name: string): ReadinessCheck {
   return check;
 }
 
+/** `server.trusted_client_headers` as a policy; a name it cannot trust stops start-up. */
+function trustedHeaders(names: readonly string[]): HeaderPolicy {
+  try {
+    return headerPolicy(names);
+  } catch (err) {
+    if (err instanceof HeaderPolicyError) throw new ConfigError('server.trusted_client_headers', err.expected, err.header);
+    throw err;
+  }
+}
+
 /** Wires config -> side-call clients -> steps -> handler -> gRPC server (+ health, metrics, tracing), and starts listening. */
 export async function startService(config: AppConfig, opts: ServiceOptions = {}): Promise<RunningService> {
   const log = opts.log ?? createLogger(config.logLevel);
@@ -66,6 +79,7 @@ export async function startService(config: AppConfig, opts: ServiceOptions = {})
   };
 
   try {
+    const policy = trustedHeaders(config.server.trustedClientHeaders);
     if (tracing) cleanups.push(() => tracing.shutdown());
     const clients: SideCallClient[] = [];
     cleanups.push(() => Promise.all(clients.map((c) => c.close())));
@@ -93,6 +107,8 @@ export async function startService(config: AppConfig, opts: ServiceOptions = {})
     registerBuiltinSteps(registry);
     opts.registerSteps?.(registry);
     const steps = buildPipeline(config.pipeline, registry, deps);
+    const coverage = pipelineCoverage(config.pipeline.steps.map((s) => s.type));
+    for (const w of coverage.warnings) log.warn(w);
 
     const checks: ReadinessCheck[] = [...(opts.readinessChecks ?? [])];
     const dependencies: DependencyCheck[] = [];
@@ -111,6 +127,8 @@ export async function startService(config: AppConfig, opts: ServiceOptions = {})
       maxBodyBytes: config.server.maxRequestBodyBytes,
       log,
       observer: combineObservers([metrics, tracing].filter((o) => o !== undefined)),
+      headerPolicy: policy,
+      admit: coverage.admit,
     });
     const health = new HealthService({ checks, dependencies, intervalMs: opts.readinessIntervalMs, log });
     cleanups.push(async () => health.stopPolling());

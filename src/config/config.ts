@@ -26,6 +26,8 @@ export interface AppConfig {
     readonly streamIdleTimeoutMs: number;
     /** `server.max_request_headers`: Envoy's header-count limit; 0 = no check. */
     readonly maxRequestHeaders: number;
+    /** `server.trusted_client_headers`, as listed (checked against the header policy at start-up). */
+    readonly trustedClientHeaders: readonly string[];
     /** TLS on the gRPC listener; `null` = plaintext h2c. */
     readonly tls: TlsFiles | null;
     /** `server.stream_reset_burst` / `stream_reset_rate`: the HTTP/2 sessions' RST_STREAM budget. */
@@ -130,6 +132,11 @@ function checkValue(spec: KeySpec, v: unknown, where: string): number | boolean 
     case 'enum':
       if (typeof v !== 'string' || !spec.values!.includes(v)) throw new ConfigError(where, `one of ${spec.values!.join(', ')}`, v);
       return v;
+    case 'list':
+      // Kept as one comma-separated string (the environment's form); split where it is used.
+      if (typeof v === 'string') return v;
+      if (!Array.isArray(v) || v.some((e) => typeof e !== 'string' || e.includes(','))) throw new ConfigError(where, 'a list of header names', v);
+      return v.join(',');
     case 'string':
       if (typeof v !== 'string') throw new ConfigError(where, 'a string', v);
       return v;
@@ -258,6 +265,10 @@ export function parseConfig(doc: unknown, env: NodeJS.ProcessEnv = process.env):
       streamedResponses: get<boolean>('server.streamed_responses'),
       streamIdleTimeoutMs: streamIdleMs,
       maxRequestHeaders,
+      trustedClientHeaders: get<string>('server.trusted_client_headers')
+        .split(',')
+        .map((h) => h.trim().toLowerCase())
+        .filter((h) => h !== ''),
       tls: parseTls(get<string | undefined>('server.tls_cert_file'), get<string | undefined>('server.tls_key_file'), get<string | undefined>('server.tls_client_ca_file')),
       sessionLimits,
     },

@@ -3,7 +3,8 @@
  * the environment overrides and the generated configuration reference all read this table.
  */
 
-export type KeyType = 'int' | 'bool' | 'string' | 'duration' | 'enum';
+/** `list`: a YAML list of strings, or (from the environment) one comma-separated string. */
+export type KeyType = 'int' | 'bool' | 'string' | 'duration' | 'enum' | 'list';
 
 export interface KeySpec {
   readonly key: string;
@@ -34,6 +35,7 @@ export const KEYS: readonly KeySpec[] = [
   { key: 'server.tls_cert_file', type: 'string', default: undefined, doc: 'PEM certificate chain of the gRPC listener. Set together with `server.tls_key_file` to serve TLS; unset = plaintext h2c.' },
   { key: 'server.tls_key_file', type: 'string', default: undefined, doc: 'PEM private key matching `server.tls_cert_file`.' },
   { key: 'server.tls_client_ca_file', type: 'string', default: undefined, doc: 'PEM CA bundle for client certificates. When set, the listener requires and verifies a client certificate (mTLS). Needs `server.tls_cert_file`.' },
+  { key: 'server.trusted_client_headers', type: 'list', default: '', doc: 'Gateway headers a client may set (default none). Every header the gateway, the EPP or a worker acts on (routing, tenancy/scheduling, transfer; the list is in docs/hardening.md) is removed from a client request before any side call and from the request Envoy forwards, unless listed here; e.g. `[x-llm-d-slo-ttft-ms, x-llm-d-slo-tpot-ms]` to let clients state their SLOs. `epp-profile` and `x-gateway-destination-endpoint(-subset)` cannot be listed. A header value the service would pass on that is not visible ASCII gets a 400 naming the header.' },
   { key: 'server.read_timeout', type: 'duration', default: '30s', inert: true, doc: 'Upstream HTTP listener setting; accepted, no effect (Envoy owns client connections).' },
   { key: 'server.write_timeout', type: 'duration', default: '120s', inert: true, doc: 'Upstream HTTP listener setting; accepted, no effect (Envoy owns client connections).' },
   { key: 'gateway.address', type: 'string', default: undefined, doc: 'Base URL of the Inference Gateway listener that side calls re-enter (e.g. `http://127.0.0.1:8081`). Required when a gateway-facing step is configured.' },

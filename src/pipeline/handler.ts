@@ -1,13 +1,14 @@
 import type { Logger } from 'pino';
 import { RequestContext } from './context';
-import type { Decision, Exchange, HeaderBudget, Metadata, RequestHandler, RequestHead, RespondDecision } from './decision';
-import { PayloadTooLargeError, TooManyHeadersError, UpstreamError, classify, errorBody, type ErrorClass } from './errors';
+import type { Decision, Exchange, ForwardDecision, HeaderBudget, Metadata, RequestHandler, RequestHead, RespondDecision } from './decision';
+import { BadRequestError, PayloadTooLargeError, TooManyHeadersError, UpstreamError, classify, errorBody, type ErrorClass } from './errors';
 import { runPipeline, type StepTiming } from './executor';
 import { parseJsonBody, type ParsedJsonBody } from './json-body';
 import { checkJsonDepth } from './json-depth';
 import { NOOP_PIPELINE_OBSERVER, type DecisionPath, type PipelineObserver, type RequestObservation } from './observer';
 import { sanitiseRequestId } from './request-id';
 import { isInferenceRequest, stripQuery } from './inference-request';
+import { DEFAULT_HEADER_POLICY, invalidHeaderMessage, screenHeaders, type HeaderPolicy, type ScreenedHeaders } from './header-policy';
 import type { Route, Step } from './step';
 
 
@@ -19,6 +20,13 @@ export interface HandlerOptions {
   readonly log: Logger;
   /** Metrics and tracing hooks; default none. */
   readonly observer?: PipelineObserver;
+  /** Which gateway headers a client may set (header-policy.ts); default none. */
+  readonly headerPolicy?: HeaderPolicy;
+  /**
+   * Refuses, by throwing (a BadRequestError: 400), a request this pipeline cannot serve, before
+   * any step runs: e.g. an image on a pipeline without replace-media-urls (steps/pipeline-coverage.ts).
+   */
+  readonly admit?: (ctx: RequestContext) => void;
 }
 
 const JSON_HEADERS = { 'content-type': 'application/json' } as const;
@@ -49,19 +57,40 @@ export class PipelineHandler implements RequestHandler {
 
   begin(head: RequestHead): Exchange | null {
     const path = stripQuery(head.path);
-    for (const route of this.opts.routes ?? []) {
-      if (route.method !== head.method) continue;
-      const params = route.match(path);
-      if (params) return new RouteExchange(this.opts, path, head.headers, route, params);
+    // Before anything reads them: untrusted gateway headers go, a non-ASCII value is refused.
+    const screened = screenHeaders(head.headers, this.opts.headerPolicy ?? DEFAULT_HEADER_POLICY);
+    const refusal = headRefusal(head.headerBudgetExceeded, screened.invalid);
+    if (isInferenceRequest(head.method, path) && !this.routeFor(head.method, path)) {
+      const exchange = new PipelineExchange(this.opts, path, screened.headers, head.method, screened.removed);
+      if (refusal) exchange.refuse(refusal);
+      return exchange;
     }
-    if (!isInferenceRequest(head.method, path)) {
-      this.opts.observer?.decided('passthrough');
-      return null;
-    }
-    const exchange = new PipelineExchange(this.opts, path, head.headers, head.method);
-    if (head.headerBudgetExceeded) exchange.refuse(head.headerBudgetExceeded);
-    return exchange;
+    // Outside the pipeline the head is refused the same way, answered at once.
+    if (refusal) return new RefusedExchange(this.opts, path, screened.headers, refusal);
+    const matched = this.routeFor(head.method, path);
+    if (matched) return new RouteExchange(this.opts, path, screened.headers, matched.route, matched.params);
+    this.opts.observer?.decided('passthrough');
+    return new PassthroughExchange(this.opts, path, screened);
   }
+
+  private routeFor(method: string, path: string): { route: Route; params: Record<string, string> } | undefined {
+    for (const route of this.opts.routes ?? []) {
+      if (route.method !== method) continue;
+      const params = route.match(path);
+      if (params) return { route, params };
+    }
+    return undefined;
+  }
+}
+
+/**
+ * Why the head alone refuses a request, if it does: a header value we would not forward (400,
+ * naming it), or more headers than leave room for our mutation (431).
+ */
+function headRefusal(budget: HeaderBudget | undefined, invalidHeader: string | undefined): Error | undefined {
+  if (invalidHeader !== undefined) return new BadRequestError(invalidHeaderMessage(invalidHeader));
+  if (budget) return new TooManyHeadersError(budget.entries, budget.allowed);
+  return undefined;
 }
 
 /** What every exchange shares: the request id, the abort signal, and how failures are answered. */
@@ -125,6 +154,46 @@ abstract class BaseExchange implements Exchange {
   }
 }
 
+/** A request outside the pipeline refused from its head alone (400 or 431, see headRefusal): no body is read. */
+class RefusedExchange extends BaseExchange {
+  readonly refused: RespondDecision;
+
+  constructor(opts: HandlerOptions, path: string, headers: Record<string, string>, reason: Error) {
+    super(opts, path, headers);
+    this.refused = this.failure(reason, 'headers', [], {});
+  }
+
+  async complete(): Promise<Decision> {
+    return this.refused;
+  }
+}
+
+/**
+ * A request the pipeline does not run (the other OpenAI APIs the edge lets through, reference
+ * §5.12/§12.10): forwarded to decode as upstream's passthrough does, body as it came (capped at
+ * the body limit: 413 above it), `EPP-Profile: decode`, our request id, and without the client's
+ * gateway headers.
+ */
+class PassthroughExchange extends BaseExchange {
+  constructor(
+    opts: HandlerOptions,
+    path: string,
+    private readonly screened: ScreenedHeaders,
+  ) {
+    super(opts, path, screened.headers);
+  }
+
+  async complete(): Promise<Decision> {
+    return {
+      kind: 'forward',
+      setHeaders: { 'epp-profile': 'decode', 'x-request-id': this.requestId },
+      removeHeaders: this.screened.removed.filter((h) => h !== 'epp-profile'),
+      body: null,
+      metadata: this.metadata('passthrough', [], {}),
+    };
+  }
+}
+
 /** A request answered by a step-registered {@link Route}. */
 class RouteExchange extends BaseExchange {
   constructor(
@@ -169,7 +238,14 @@ class PipelineExchange extends BaseExchange {
   private timings: readonly StepTiming[] = [];
   private parseMs = 0;
 
-  constructor(opts: HandlerOptions, path: string, headers: Record<string, string>, method: string) {
+  constructor(
+    opts: HandlerOptions,
+    path: string,
+    headers: Record<string, string>,
+    method: string,
+    /** Untrusted gateway headers the client sent: the forwarded request must not carry them. */
+    private readonly untrusted: readonly string[],
+  ) {
     super(opts, path, headers);
     this.observation = (opts.observer ?? NOOP_PIPELINE_OBSERVER).requestStarted({ method, path, headers });
   }
@@ -182,10 +258,9 @@ class PipelineExchange extends BaseExchange {
   }
 
   /** The head alone refuses the request: answered like any failure, so it is observed like one. */
-  refuse(count: HeaderBudget): void {
+  refuse(reason: Error): void {
     this.answering = true;
-    this.log.info({ headers: count.entries, allowed: count.allowed }, 'request has too many headers for our mutation: 431');
-    this.refused = this.failure(new TooManyHeadersError(count.entries, count.allowed), 'headers', [], {});
+    this.refused = this.failure(reason, 'headers', [], {});
     this.observe('error', this.refused.status, this.failedWith);
   }
 
@@ -231,6 +306,16 @@ class PipelineExchange extends BaseExchange {
     });
   }
 
+  /**
+   * The forward plus the client's untrusted gateway headers to remove, except those the service
+   * sets itself (a set wins; removing it too would drop ours).
+   */
+  private withRemovals(d: ForwardDecision): ForwardDecision {
+    const out = new Set(d.removeHeaders);
+    for (const name of this.untrusted) if (!(name in d.setHeaders)) out.add(name);
+    return { ...d, removeHeaders: [...out] };
+  }
+
   private async decide(raw: readonly Buffer[], length: number): Promise<Decision> {
     const parseStart = performance.now();
     // Parsed once; anything but a JSON object is a 400, as upstream.
@@ -253,6 +338,11 @@ class PipelineExchange extends BaseExchange {
       log: this.log,
     }));
     this.observation.parsed(ctx, length);
+    try {
+      this.opts.admit?.(ctx);
+    } catch (err) {
+      return this.failure(err, 'admission', [], { parse_ms: round(parseMs) });
+    }
     const outcome = await runPipeline(this.opts.steps, ctx, this.observation);
     this.timings = outcome.timings;
     const facts: Metadata = {
@@ -276,16 +366,16 @@ class PipelineExchange extends BaseExchange {
       case 'completed':
         if (!ctx.decode) {
           // No step produced a decode request: the client's request goes on as it came.
-          return { kind: 'forward', setHeaders: { ...ctx.stampedHeaders() }, removeHeaders: [], body: null, metadata: this.metadata('passthrough', outcome.timings, facts) };
+          return this.withRemovals({ kind: 'forward', setHeaders: { ...ctx.stampedHeaders() }, removeHeaders: [], body: null, metadata: this.metadata('passthrough', outcome.timings, facts) });
         }
         try {
-          return {
+          return this.withRemovals({
             kind: 'forward',
             setHeaders: { ...ctx.stampedHeaders(), ...ctx.decode.headers },
             removeHeaders: ctx.decode.removeHeaders ?? [],
             body: forwardBody(ctx.serialize(ctx.body)),
             metadata: this.metadata('cascade', outcome.timings, facts),
-          };
+          });
         } catch (err) {
           return this.failure(err, 'decode', outcome.timings, facts);
         }

@@ -80,7 +80,7 @@ export function readReplaceMediaUrlsConfig(params: StepParams): ReplaceMediaUrls
 const URL_HEAD_CHARS = 1024;
 
 /** One `image_url` part found in the body, with the object whose `url` may be rewritten. */
-interface ImageRef {
+export interface ImageRef {
   readonly message: number;
   readonly part: number;
   /** As parsed: a big URL is a body placeholder; read it through the context. */
@@ -117,7 +117,7 @@ function imageEntry(index: number, r: Inlined): MultimodalEntry {
 }
 
 /** Image parts in body order; malformed parts are skipped silently, as upstream. */
-function collectImageRefs(body: JsonObject): ImageRef[] {
+export function collectImageRefs(body: JsonObject): ImageRef[] {
   const messages = body['messages'];
   if (!Array.isArray(messages)) return [];
   const refs: ImageRef[] = [];

@@ -157,18 +157,19 @@ describe('at request_headers (the pipeline handler)', () => {
     await s.rest();
   });
 
-  it('requests not on the inference paths are never refused: they pass through as before', async () => {
+  it('requests not on the inference paths are refused too: their forward carries our headers as well', async () => {
     for (const pseudo of [
       [[':method', 'POST'], [':path', '/v1/embeddings']],
       [[':method', 'GET'], [':path', '/v1/completions']],
     ] as Array<Array<[string, string]>>) {
       const { first, s } = await send(headerList(LIMIT * 3, [], pseudo), 'FULL_DUPLEX_STREAMED');
-      expect(first.response).toBe('request_headers');
-      expect(first.request_headers!.response?.header_mutation ?? null).toBeNull();
+      expect(first.response).toBe('immediate_response');
+      expect(first.immediate_response!.status!.code).toBe('RequestHeaderFieldsTooLarge');
       s.end();
       await s.rest();
     }
-    expect(decided).toEqual(['passthrough', 'passthrough']);
+    // Answered from the head: nothing was passed through and no pipeline ran.
+    expect(decided).toEqual([]);
     expect(results).toEqual([]);
   });
 
@@ -302,6 +303,7 @@ describe('every header the forward can add is counted', () => {
         'observability/tracing.ts stampHeader TRACEPARENT', // traceparent
         'pipeline/handler.ts setHeaders { ...ctx.stampedHeaders() }',
         'pipeline/handler.ts setHeaders { ...ctx.stampedHeaders(), ...ctx.decode.headers }',
+        "pipeline/handler.ts setHeaders { 'epp-profile': 'decode', 'x-request-id': this.requestId }", // passthrough, as upstream
         'steps/async-broker/step.ts stampHeader name', // clearHeader: only a header the client sent
         'steps/async-broker/step.ts stampHeader this.config.fairnessHeader', // configurable name
         'steps/async-broker/step.ts stampHeader this.config.objectiveHeader', // configurable name

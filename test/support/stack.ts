@@ -44,6 +44,8 @@ export interface StackOptions {
   readonly envoyLogLevel?: string;
   /** `max_requests_per_connection` of Envoy's coordinator cluster (bootstrap default 500); 0 = none, as on a stock Envoy. */
   readonly extProcStreamCap?: number;
+  /** `server.trusted_client_headers`. Default none. */
+  readonly trustedClientHeaders?: readonly string[];
   /** A whole coordinator config document instead of {@link stackConfigDoc} (given the addresses). */
   readonly configDoc?: (urls: { gateway: string; render: string }) => Record<string, unknown>;
 }
@@ -80,6 +82,7 @@ export function stackConfigDoc(opts: StackOptions, urls: { gateway: string; rend
       shutdown_timeout: '1s',
       // Loopback and an ephemeral port: the default (:9464 on every interface) would collide between suites.
       metrics_addr: '127.0.0.1:0',
+      ...(opts.trustedClientHeaders ? { trusted_client_headers: [...opts.trustedClientHeaders] } : {}),
     },
     gateway: { address: urls.gateway, timeout: opts.gatewayTimeout ?? '60s' },
     pipeline: {

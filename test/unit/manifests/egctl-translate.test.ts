@@ -9,6 +9,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { spawnSync } from 'node:child_process';
+import { allowedMatches } from '../../../scripts/path-policy';
 import {
   EGCTL,
   TRANSLATE_NAMESPACE,
@@ -112,13 +113,19 @@ const title = haveEgctl ? 'Envoy Gateway translation of config/k8s' : 'Envoy Gat
     expect(cfg['statusOnError']).toEqual({ code: 'ServiceUnavailable' });
   });
 
-  test('the filter is enabled on the public route only, whose timeout is off', () => {
+  test('the filter is enabled on the allowed public paths only, whose timeout is off; every other path is a direct 404', () => {
     const filterName = String(extProcFilters(hcmOf(PUBLIC_GATEWAY))[0]!['name']);
     const routes = routeConfigsOf(dumpOf(PUBLIC_GATEWAY)).flatMap((rc) => (rc['virtualHosts'] as { routes: Json[] }[]).flatMap((v) => v.routes));
-    expect(routes).toHaveLength(1);
-    const route = routes[0]!;
-    expect(Object.keys((route['typedPerFilterConfig'] as Json) ?? {})).toEqual([filterName]);
-    expect((route['route'] as Json)['timeout']).toBe('0s');
+    const refused = routes.filter((r) => r['directResponse'] !== undefined);
+    const served = routes.filter((r) => r['directResponse'] === undefined);
+    expect(served).toHaveLength(allowedMatches().length);
+    for (const route of served) {
+      expect(Object.keys((route['typedPerFilterConfig'] as Json) ?? {})).toEqual([filterName]);
+      expect((route['route'] as Json)['timeout']).toBe('0s');
+    }
+    expect(refused).toHaveLength(1);
+    expect(Object.keys((refused[0]!['typedPerFilterConfig'] as Json) ?? {})).not.toContain(filterName);
+    expect((refused[0]!['directResponse'] as Json)['status']).toBe(404);
     expect(extProcFilters(hcmOf(INTERNAL_GATEWAY))).toEqual([]);
   });
 

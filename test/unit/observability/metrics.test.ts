@@ -210,7 +210,7 @@ describe('pipeline hooks', () => {
     const m = new CoordinatorMetrics({ processMetrics: false });
     const h = handlerWith(m, [step('conditional-decode', () => ({ respond: { status: 200, headers: {}, body: Buffer.from('x') }, cacheHit: true })), decode]);
     await send(h, { model: 'm' });
-    expect(h.begin({ method: 'GET', path: '/v1/models', headers: {} })).toBeNull();
+    expect(h.begin({ method: 'GET', path: '/v1/models', headers: {} })).not.toBeNull();
     expect(await value(m, 'epd_coordinator_decisions_total', { path: 'cache_hit' })).toBe(1);
     expect(await value(m, 'epd_coordinator_decisions_total', { path: 'passthrough' })).toBe(1);
     expect(await value(m, 'llm_d_coordinator_execution_path_total', { model_name: 'm', path: 'decode-only' })).toBe(1);

@@ -34,8 +34,13 @@ describe('PipelineHandler', () => {
     ['POST', '/v1/models'],
     ['POST', '/v1/chat/completions/extra'],
     ['POST', '/healthz'],
-  ])('%s %s passes through untouched', (method, path) => {
-    expect(handler([decodeStep]).begin({ method, path, headers: {} })).toBeNull();
+  ])('%s %s goes on to decode as it came, with EPP-Profile: decode (upstream passthrough)', async (method, path) => {
+    let ran = false;
+    const ex = handler([step('decode', () => void (ran = true))]).begin({ method, path, headers: { 'x-request-id': 'p-1' } })!;
+    const d = (await ex.complete(Buffer.from('{"a":1}'))) as ForwardDecision;
+    expect(d).toMatchObject({ kind: 'forward', setHeaders: { 'epp-profile': 'decode', 'x-request-id': 'p-1' }, removeHeaders: [], body: null });
+    expect(d.metadata['path_taken']).toBe('passthrough');
+    expect(ran).toBe(false);
   });
 
   test('the three inference paths are processed, with or without a query string', () => {
@@ -176,8 +181,10 @@ describe('routes and stamped headers', () => {
     expect(d.status).toBe(200);
     expect(JSON.parse((d.body as Buffer).toString())).toEqual({ id: 'abc', team: 't1' });
     expect(d.metadata['path_taken']).toBe('route');
-    expect(h.begin({ method: 'DELETE', path: '/v1/requests/abc', headers: {} })).toBeNull();
-    expect(h.begin({ method: 'GET', path: '/v1/requests/a/b', headers: {} })).toBeNull();
+    for (const [method, path] of [['DELETE', '/v1/requests/abc'], ['GET', '/v1/requests/a/b']] as const) {
+      const other = (await h.begin({ method, path, headers: {} })!.complete(Buffer.alloc(0))) as ForwardDecision;
+      expect(other.metadata['path_taken']).toBe('passthrough');
+    }
   });
 
   test('headers stamped by a step reach later side calls and the forwarded request', async () => {
