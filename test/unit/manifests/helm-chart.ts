@@ -180,3 +180,20 @@ export function diffPaths(a: unknown, b: unknown, at = ''): string[] {
   }
   return [`${at || '(root)'}: ${JSON.stringify(a)} -> ${JSON.stringify(b)}`];
 }
+
+/**
+ * The differences between config/k8s (kustomize-built, less its example InferencePool) and a chart
+ * render, one line each: objects only one side has, and every field that differs. Empty = identical.
+ */
+export function differencesFromK8s(chartObjects: readonly K8sObject[], k8sObjects: readonly K8sObject[] = kustomizeBuild()): string[] {
+  const chart = new Map(chartObjects.map((o) => [keyOf(o), normalise(o)]));
+  const k8s = new Map(k8sObjects.filter((o) => o.kind !== 'InferencePool').map((o) => [keyOf(o), normalise(o)]));
+  const problems: string[] = [];
+  for (const k of k8s.keys()) if (!chart.has(k)) problems.push(`${k}: in config/k8s, not rendered by the chart`);
+  for (const k of chart.keys()) if (!k8s.has(k)) problems.push(`${k}: rendered by the chart, not in config/k8s`);
+  for (const [k, obj] of k8s) {
+    const c = chart.get(k);
+    if (c) for (const d of diffPaths(obj, c)) problems.push(`${k} ${d}   (config/k8s -> chart)`);
+  }
+  return problems;
+}
