@@ -102,3 +102,26 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- toYaml .Values.gateways.internal.parentRefs }}
 {{- end }}
 {{- end }}
+
+{{/*
+Whole seconds of a Go duration written as Ns, Nm or NmMs (the forms the config docs use); -1 for
+any other form, which the drain check then leaves alone.
+*/}}
+{{- define "epd.seconds" -}}
+{{- $d := toString . }}
+{{- if regexMatch "^[0-9]+s$" $d }}{{ trimSuffix "s" $d }}
+{{- else if regexMatch "^[0-9]+m$" $d }}{{ mul (trimSuffix "m" $d | atoi) 60 }}
+{{- else if regexMatch "^[0-9]+m[0-9]+s$" $d }}{{ $p := splitList "m" (trimSuffix "s" $d) }}{{ add (mul (atoi (index $p 0)) 60) (atoi (index $p 1)) }}
+{{- else }}-1{{ end }}
+{{- end }}
+
+{{/* The kubelet kills the pod at the grace period: preStop and the drain must fit in it. */}}
+{{- define "epd.checkDrain" -}}
+{{- $drain := include "epd.seconds" (default "25s" .Values.config.server.shutdown_timeout) | atoi }}
+{{- if ge $drain 0 }}
+{{- $need := add .Values.preStopSleepSeconds $drain }}
+{{- if lt (int .Values.terminationGracePeriodSeconds) (int $need) }}
+{{- fail (printf "terminationGracePeriodSeconds (%v) must cover preStopSleepSeconds (%v) + config.server.shutdown_timeout (%v = %vs)" .Values.terminationGracePeriodSeconds .Values.preStopSleepSeconds .Values.config.server.shutdown_timeout $drain) }}
+{{- end }}
+{{- end }}
+{{- end }}

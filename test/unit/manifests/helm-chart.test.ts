@@ -254,6 +254,16 @@ const helmTitle = 'Helm chart charts/epd-coordinator';
     expect(sum(render())).toBe(sum(defaults));
   });
 
+  test('the drain must fit in the grace period: preStop + shutdown_timeout beyond terminationGracePeriodSeconds is refused', () => {
+    const grace = (objs: K8sObject[]) => (find<Deployment>(objs, 'Deployment').spec.template.spec as unknown as { terminationGracePeriodSeconds: number }).terminationGracePeriodSeconds;
+    expect(grace(render({ config: { server: { shutdown_timeout: '30s' } } }))).toBe(35);
+    expect(grace(render({ config: { server: { shutdown_timeout: '1m' } }, terminationGracePeriodSeconds: 70 }))).toBe(70);
+    for (const values of [{ config: { server: { shutdown_timeout: '31s' } } }, { config: { server: { shutdown_timeout: '1m' } } }, { preStopSleepSeconds: 11 }]) {
+      const r = helmTemplate(values);
+      expect({ values, status: r.status, says: /terminationGracePeriodSeconds \(35\) must cover/.test(r.stderr) }).toEqual({ values, status: 1, says: true });
+    }
+  });
+
   test('image, Node options, resources and extra environment come from values', () => {
     const c = container(everything);
     expect(c.image).toBe('registry.example.com/epd-coordinator:0.1.1');
@@ -364,7 +374,7 @@ const sameTitle = 'config/k8s is the chart\'s default render';
 // ---- the default render through Envoy Gateway and Envoy -----------------------------------------------------
 
 const haveEgctl = fs.existsSync(EGCTL);
-const envoy = haveHelm && haveEgctl ? envoyBinary() : undefined;
+const envoy = haveHelm ? envoyBinary() : undefined;
 const egTitle = 'the chart\'s default render through egctl x translate';
 const egSkip = !haveHelm ? '.tools/bin/helm is absent' : !haveEgctl ? '.tools/bin/egctl is absent; run config/k8s/verify-egctl.sh' : '';
 (egSkip ? describe.skip : describe)(egSkip ? `${egTitle} (skipped: ${egSkip})` : egTitle, () => {
