@@ -7,6 +7,9 @@
 #
 #   charts/install-tools.sh
 #
+# A Helm built by `go install` lacks the release build's version stamps: it reports "v3.21" and assumes
+# Kubernetes v1.20 for `helm template`, so pass --kube-version (the test passes 1.30.0).
+#
 # Needs Go for Helm and python3 with pip for the schemas; each part is skipped, saying why, when its
 # tool is absent, and the tests that need it skip with the reason.
 set -euo pipefail

@@ -18,6 +18,7 @@ import { CrdCatalog, SHARED_CRDS_DIR, envoyGatewayCrdDirs } from './crd-catalog'
 import { EGCTL, TRANSLATE_NAMESPACE, envoyBinary, failedConditions, staticBootstrap, translate, translationInput, writeYaml } from './egctl-translation';
 import { K8S_DIR, type K8sObject, groupOf, loadManifests } from './manifest-files';
 import {
+  CHART_DIR,
   HELM,
   HELM_ONLY_LABELS,
   K8S_SCHEMA_DIR,
@@ -125,6 +126,11 @@ const helmTitle = 'Helm chart charts/epd-coordinator';
     for (const route of defaults.filter((o) => o.kind === 'HTTPRoute')) expect(pool(route)).toMatchObject({ kind: 'InferencePool', name: 'epd-pool' });
     const mine = render({ inferencePool: { name: 'qwen-vl-pool' } });
     for (const route of mine.filter((o) => o.kind === 'HTTPRoute')) expect(pool(route)).toMatchObject({ kind: 'InferencePool', name: 'qwen-vl-pool' });
+  });
+
+  test('helm lint --strict passes', () => {
+    const r = spawnSync(HELM, ['lint', '--strict', CHART_DIR, '--kube-version', '1.30.0'], { encoding: 'utf8', timeout: 60_000 });
+    expect({ status: r.status, out: r.status === 0 ? '' : r.stdout + r.stderr }).toEqual({ status: 0, out: '' });
   });
 
   test('every object carries the release labels, and the selectors name the release so that two releases do not share pods', () => {
