@@ -11,5 +11,8 @@ echo "[test] node $(node --version) ($(command -v node))" >&2
 if command -v go >/dev/null 2>&1; then
   bash config/k8s/verify-egctl.sh --install-only || echo "[deps] egctl unavailable; its manifest tests will skip" >&2
 fi
+# Helm and Kubernetes' JSON schemas for the chart test (test/unit/manifests/helm-chart.test.ts). The
+# script skips Helm, saying so, without Go, and the tests that need it skip with the reason.
+bash charts/install-tools.sh || echo "[deps] chart tools incomplete; the Helm chart tests that need them will skip" >&2
 npx tsc -p tsconfig.json --noEmit
 exec npx jest --ci "$@"
