@@ -368,3 +368,46 @@ export async function startEppStack(opts: EppStackOptions): Promise<EppStack> {
     throw err;
   }
 }
+
+/**
+ * `npm run stack -- --epp BIN [--sim BIN] [--async BIN]`: the topology above on the port plan of
+ * {@link EPP_STACK_PORTS} until Ctrl-C / SIGTERM. Configs and logs go under `<repo>/.stack-epp/`.
+ */
+export async function runEppStackCommand(bins: { epp: string; sim?: string; async?: string }): Promise<void> {
+  const { rmSync } = await import('node:fs');
+  const say = (msg: string) => process.stdout.write(`stack: ${msg}\n`);
+  const dir = join(REPO_ROOT, '.stack-epp');
+  rmSync(dir, { recursive: true, force: true });
+  const ports: EppStackPorts = bins.async ? { ...EPP_STACK_PORTS, redis: 6380, asyncHealth: 8083, asyncMetrics: 9091 } : EPP_STACK_PORTS;
+  let stack: EppStack | undefined;
+  let stopping = false;
+  const shutdown = async (why: string, code: number) => {
+    if (stopping) return;
+    stopping = true;
+    say(`${why}: stopping every child by PID`);
+    await stack?.stop();
+    process.exit(code);
+  };
+  process.on('SIGINT', () => void shutdown('SIGINT', 0));
+  process.on('SIGTERM', () => void shutdown('SIGTERM', 0));
+  try {
+    stack = await startEppStack({ dir, ports, eppBin: bins.epp, simBin: bins.sim, asyncBin: bins.async, say });
+  } catch (err) {
+    process.stderr.write(`stack: start-up failed: ${(err as Error).message}\n`);
+    process.exit(1);
+  }
+  void stack.firstExit.then((name) => shutdown(`${name} exited unexpectedly (see ${dir})`, 1));
+  const chat = JSON.stringify({ model: EPP_STACK_MODEL, messages: [{ role: 'user', content: 'Hello from the stack' }] });
+  process.stdout.write(`
+epd-coordinator + llm-d EPP (file discovery) is up; workers: ${bins.sim ? 'llm-d-inference-sim' : 'our sim/'}.
+  Files: ${stack.endpointsPath}
+         ${stack.eppConfigPath}
+         ${stack.envoyConfigPath}
+  Try:
+    curl -sS ${stack.publicUrl}/v1/chat/completions -H 'content-type: application/json' -d '${chat}'
+  Readiness: curl -s ${stack.adminUrl}/ready; curl -s ${stack.eppMetricsUrl} | grep llm_d_epp_ready_endpoints
+  Access log (upstream= is the EPP's pick): tail -f ${stack.accessLogPath}
+  PIDs: ${stack.pids.map((p) => `${p.name}=${p.pid}`).join(' ')}
+  Ctrl-C (or SIGTERM) stops everything.
+`);
+}
