@@ -14,6 +14,7 @@ import {
   parseCliArgs,
   readyEndpointsGauge,
   renderEndpointsFile,
+  renderEnvoyConfig,
   renderEppConfig,
   TopologyError,
   writeTopology,
@@ -140,6 +141,20 @@ describe('no-Kubernetes topology files (scripts/epp-topology.ts)', () => {
     expect(opts.watchFile).toBe(true);
     expect(() => parseCliArgs(['--decode', 'd=10.0.0.1:1'])).toThrow(/--out/);
     expect(() => parseCliArgs(['--out', '/x', '--decode', 'd=host:1'])).toThrow(/ipv4:port/);
+  });
+
+  test('docs/deploy-without-kubernetes.md shows the three files exactly as the generator writes them', () => {
+    const doc = readFileSync(join(__dirname, '..', '..', '..', 'docs', 'deploy-without-kubernetes.md'), 'utf8');
+    const shown = (file: string): string => {
+      const m = new RegExp('### `' + file + '`\\n\\n```yaml\\n([\\s\\S]*?)```').exec(doc);
+      return m ? m[1]! : `(no ${file} block)`;
+    };
+    const { opts } = parseCliArgs(
+      '--out /run/epd --encode vllm-e-0=10.0.0.11:8000 --prefill vllm-p-0=10.0.0.12:8000 --decode vllm-d-0=10.0.0.13:8000 --decode vllm-d-1=10.0.0.14:8000 --access-log /dev/stdout'.split(' '),
+    );
+    expect(shown('endpoints.yaml')).toBe(renderEndpointsFile(opts.endpoints));
+    expect(shown('epp.yaml')).toBe(renderEppConfig({ endpointsPath: '/run/epd/endpoints.yaml', watchFile: false }));
+    expect(shown('envoy.yaml')).toBe(renderEnvoyConfig({ ...opts.envoy, accessLogPath: '/dev/stdout' }));
   });
 
   const validateTitle = 'Envoy accepts the generated Envoy config (envoy --mode validate)';
