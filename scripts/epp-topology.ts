@@ -129,7 +129,8 @@ export function renderEppConfig(opts: EppConfigOptions): string {
       parameters: { matchExpressions: [{ key: ROLE_LABEL, operator: 'In', values: ['decode', 'prefill-decode', 'both', 'encode-prefill-decode'] }] },
     },
     { type: 'queue-scorer' },
-    ...(prefix ? [{ type: 'approx-prefix-cache-producer' }, { type: 'prefix-cache-scorer' }] : []),
+    // blockSizeTokens below 64 is raised to 64 by the EPP (with a warning); say so up front.
+    ...(prefix ? [{ type: 'approx-prefix-cache-producer', parameters: { blockSizeTokens: 64 } }, { type: 'prefix-cache-scorer' }] : []),
     { type: 'max-score-picker' },
     // Runs the one profile the epp-profile header names (missing: decode; unknown: 429).
     { type: 'header-profile-handler', parameters: { headerName: 'epp-profile', defaultProfile: 'decode' } },
