@@ -10,7 +10,7 @@ import { mkdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import yaml from 'js-yaml';
 import { ensureEnvoy } from '../test/support/envoy';
-import { freePort, isListening, waitUntil } from '../test/support/ports';
+import { canBind, freePort, isListening, waitUntil } from '../test/support/ports';
 import { REPO_ROOT } from './envoy-bootstrap';
 import { readinessGate, renderEndpointsFile, writeTopology, type ReadinessState, type WorkerEndpoint, type WorkerRole } from './epp-topology';
 import { startChild, stopAll, type Child } from './supervise';
@@ -379,6 +379,13 @@ export async function runEppStackCommand(bins: { epp: string; sim?: string; asyn
   const dir = join(REPO_ROOT, '.stack-epp');
   rmSync(dir, { recursive: true, force: true });
   const ports: EppStackPorts = bins.async ? { ...EPP_STACK_PORTS, redis: 6380, asyncHealth: 8083, asyncMetrics: 9091 } : EPP_STACK_PORTS;
+  const planned = [...Object.entries(ports).filter((e): e is [string, number] => typeof e[1] === 'number'), ...ports.workers.map((w, i) => [`${w.role}-${i}`, w.port] as [string, number])];
+  const busy: string[] = [];
+  for (const [role, port] of planned) if (!(await canBind(port))) busy.push(`${port} (${role})`);
+  if (busy.length > 0) {
+    process.stderr.write(`stack: refusing to start: port(s) already in use on 127.0.0.1: ${busy.join(', ')}\n`);
+    process.exit(1);
+  }
   let stack: EppStack | undefined;
   let stopping = false;
   const shutdown = async (why: string, code: number) => {
