@@ -13,7 +13,7 @@ import { join } from 'node:path';
 import { EPP_STACK_MODEL, freeEppStackPorts, startEppStack, type EppStack } from '../../scripts/epp-stack';
 import type { WorkerRole } from '../../scripts/epp-topology';
 import { at, sseData, TestClient } from '../support/client';
-import { eventually, peerBin, peersSkipReason, readAccessLog, simRequestsFor, type SimHttpRequest } from '../support/peers';
+import { eventually, peerBin, peersSkipReason, readAccessLog, simRequestsFor, simRequestsMatching, type SimHttpRequest } from '../support/peers';
 
 const skip = peersSkipReason();
 const suite = skip ? describe.skip : describe;
@@ -247,11 +247,15 @@ suite(`real peers: Envoy + llm-d EPP (file discovery) + llm-d-inference-sim + ll
   });
 
   it('async: enqueue, GET until the result, wait mode, DELETE, through the real llm-d-async and Redis', async () => {
-    const chat = { model: MODEL, messages: [{ role: 'user', content: 'queued hello' }] };
     const job = nextId('job');
+    // llm-d-async dispatches with its own request id (only allowlisted client headers ride along),
+    // so the dispatched legs are found by their unique prompt.
+    const prompt = `queued hello ${job}`;
+    const chat = { model: MODEL, messages: [{ role: 'user', content: prompt }] };
     const enq = await client.post('/v1/chat/completions', chat, { headers: { 'x-ap-mode': 'enqueue', 'x-request-id': job } });
     expect(enq.status).toBe(202);
     expect(enq.json).toEqual({ id: job, status: 'pending' });
+    expect(enq.headers['x-request-id']).toBe(job);
 
     let got = await fetch(`${stack.publicUrl}/v1/requests/${job}`);
     const deadline = Date.now() + 20_000;
@@ -261,23 +265,29 @@ suite(`real peers: Envoy + llm-d EPP (file discovery) + llm-d-inference-sim + ll
       got = await fetch(`${stack.publicUrl}/v1/requests/${job}`);
     }
     expect(got.status).toBe(200);
-    expect(at(await got.json(), 'choices', 0, 'message', 'content')).toBe('queued hello');
-    // llm-d-async dispatched it back through the public listener: the whole cascade ran for it.
-    const dispatched = await waitLegs('decode', job, 1);
-    expect(at(dispatched[0]!.json, 'kv_transfer_params', 'do_remote_prefill')).toBe(true);
-    expect(legs('prefill', job)).toHaveLength(1);
+    expect(at(await got.json(), 'choices', 0, 'message', 'content')).toBe(prompt);
+    // llm-d-async dispatched it back through the public listener, and the whole cascade ran for it.
+    const byPrompt = (role: WorkerRole) => simRequestsMatching(simLogs(role), (r) => r.body.includes(prompt));
+    const [dispatched] = await eventually(() => byPrompt('decode'), (l) => l.length >= 1, 'the dispatched decode leg');
+    expect(at(dispatched!.json, 'kv_transfer_params', 'do_remote_prefill')).toBe(true);
+    expect(byPrompt('prefill')).toHaveLength(1);
+    const apId = dispatched!.headers['x-request-id']!;
+    expect(apId).not.toBe(job);
+    await waitAccess(apId, (ls) => ls.some((l) => l['listener'] === 'public' && l['code'] === '200' && l['path_taken'] === 'cascade'), "the AP's dispatch");
 
-    const waited = await client.post('/v1/chat/completions', { ...chat, messages: [{ role: 'user', content: 'held hello' }] }, {
+    const held = `held hello ${job}`;
+    const waited = await client.post('/v1/chat/completions', { ...chat, messages: [{ role: 'user', content: held }] }, {
       headers: { 'x-ap-mode': 'wait', 'x-request-id': nextId('wait') },
       timeoutMs: 30_000,
     });
     expect(waited.status).toBe(200);
-    expect(at(waited.json, 'choices', 0, 'message', 'content')).toBe('held hello');
+    expect(at(waited.json, 'choices', 0, 'message', 'content')).toBe(held);
 
     const gone = nextId('delete');
     expect((await client.post('/v1/chat/completions', chat, { headers: { 'x-ap-mode': 'enqueue', 'x-request-id': gone } })).status).toBe(202);
     const del = await fetch(`${stack.publicUrl}/v1/requests/${gone}`, { method: 'DELETE' });
     expect(del.status).toBe(204);
+    await del.arrayBuffer();
     const after = await fetch(`${stack.publicUrl}/v1/requests/${gone}`);
     expect(after.status).toBe(410);
     await after.arrayBuffer();

@@ -95,6 +95,11 @@ export function simRequestsFor(logPaths: readonly string[], id: string): Array<S
   return logPaths.flatMap((log) => readSimRequests(log).filter((r) => r.headers['x-request-id'] === id).map((r) => ({ ...r, log })));
 }
 
+/** The requests matching `pred`, across the given simulator logs. */
+export function simRequestsMatching(logPaths: readonly string[], pred: (r: SimHttpRequest) => boolean): Array<SimHttpRequest & { log: string }> {
+  return logPaths.flatMap((log) => readSimRequests(log).filter(pred).map((r) => ({ ...r, log })));
+}
+
 /** Envoy access-log lines (the topology's `key=value` format), parsed. */
 export function readAccessLog(path: string): Array<Record<string, string>> {
   if (!existsSync(path)) return [];
