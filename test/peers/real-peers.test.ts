@@ -10,6 +10,7 @@
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
+import { crc32, deflateSync } from 'node:zlib';
 import { EPP_STACK_MODEL, freeEppStackPorts, startEppStack, type EppStack } from '../../scripts/epp-stack';
 import type { WorkerRole } from '../../scripts/epp-topology';
 import { at, sseData, TestClient } from '../support/client';
@@ -21,10 +22,33 @@ const MODEL = EPP_STACK_MODEL;
 // Two prefill workers, so that removing one from the endpoints file has somewhere to move traffic.
 const WORKERS: WorkerRole[] = ['encode', 'prefill', 'prefill', 'decode'];
 
-/** A 64x64 PNG as a data URI (the upstream e2e's inline image), and a second, different one. */
-const IMAGE_1 =
-  'data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAEAAAABACAIAAAAlC+aJAAAAaUlEQVR4nOzPUQkAIRQAweMwx+sfxViG8GMQdhLsrj3zvezXAbca0BrQGtAa0BrQGtAa0BrQGtAa0BrQGtAa0BrQGtAa0BrQGtAa0BrQGtAa0BrQGtAa0BrQGtAa0BrQGtAa0E4AAAD//9Q1AYfjlntsAAAAAElFTkSuQmCC';
-const IMAGE_2 = `${IMAGE_1.slice(0, -8)}AAAAAAAA`;
+/**
+ * A distinct 64x64 solid-colour PNG per call, as a data URI. Distinct on purpose: the EPP's prefix
+ * index would otherwise serve a later request with the same image as a conditional-decode hit.
+ */
+let colour = 0x203040;
+function uniqueImage(): string {
+  const rgb = (colour += 0x0b0d07) & 0xffffff;
+  const chunk = (type: string, data: Buffer): Buffer => {
+    const len = Buffer.alloc(4);
+    len.writeUInt32BE(data.length);
+    const crc = Buffer.alloc(4);
+    crc.writeUInt32BE(crc32(Buffer.concat([Buffer.from(type, 'ascii'), data])));
+    return Buffer.concat([len, Buffer.from(type, 'ascii'), data, crc]);
+  };
+  const ihdr = Buffer.alloc(13);
+  ihdr.writeUInt32BE(64, 0);
+  ihdr.writeUInt32BE(64, 4);
+  ihdr.set([8, 2, 0, 0, 0], 8); // 8-bit RGB
+  const row = Buffer.concat([Buffer.from([0]), Buffer.alloc(64 * 3).map((_, i) => (rgb >> (8 * (2 - (i % 3)))) & 0xff)]);
+  const png = Buffer.concat([
+    Buffer.from([0x89, 0x50, 0x4e, 0x47, 0x0d, 0x0a, 0x1a, 0x0a]),
+    chunk('IHDR', ihdr),
+    chunk('IDAT', deflateSync(Buffer.concat(Array.from({ length: 64 }, () => row)))),
+    chunk('IEND', Buffer.alloc(0)),
+  ]);
+  return `data:image/png;base64,${png.toString('base64')}`;
+}
 
 let seq = 0;
 const nextId = (what: string): string => `peers-${what}-${process.pid}-${++seq}`;
@@ -141,7 +165,7 @@ suite(`real peers: Envoy + llm-d EPP (file discovery) + llm-d-inference-sim + ll
       expect(limits['max_tokens']).toBe(1);
       expect(limits).not.toHaveProperty('min_tokens');
     }
-    const decodes = legs('decode', id);
+    const decodes = await waitLegs('decode', id, 1);
     expect(decodes).toHaveLength(1);
     expect(at(decodes[0]!.json, 'min_tokens')).toBe(3);
     expect(at(decodes[0]!.json, 'max_tokens')).toBe(5);
@@ -150,7 +174,7 @@ suite(`real peers: Envoy + llm-d EPP (file discovery) + llm-d-inference-sim + ll
 
   it('min_tokens/max_tokens: kept on decode, capped on prefill and encode (OpenAI wire format)', async () => {
     const id = nextId('limits');
-    const res = await client.post('/v1/chat/completions', imageBody([IMAGE_1], { min_tokens: 3, max_tokens: 5 }), { headers: { 'x-request-id': id } });
+    const res = await client.post('/v1/chat/completions', imageBody([uniqueImage()], { min_tokens: 3, max_tokens: 5 }), { headers: { 'x-request-id': id } });
     expect(res.status).toBe(200);
     await expectTokenLimits(id, '/v1/chat/completions', '/v1/chat/completions');
     const [prefill] = legs('prefill', id);
@@ -158,7 +182,7 @@ suite(`real peers: Envoy + llm-d EPP (file discovery) + llm-d-inference-sim + ll
   });
 
   it('one image, then two images: one encode leg per image (each picked by the EPP), their ec_transfer_params merged onto prefill', async () => {
-    for (const images of [[IMAGE_1], [IMAGE_1, IMAGE_2]]) {
+    for (const images of [[uniqueImage()], [uniqueImage(), uniqueImage()]]) {
       const id = nextId(`images-${images.length}`);
       const res = await client.post('/v1/chat/completions', imageBody(images, { max_tokens: 20 }), { headers: { 'x-request-id': id } });
       expect(res.status).toBe(200);
@@ -297,7 +321,7 @@ suite(`real peers: Envoy + llm-d EPP (file discovery) + llm-d-inference-sim + ll
     await stack.restartCoordinator({ useOpenaiFormat: false });
     try {
       const id = nextId('limits-generate');
-      const res = await client.post('/v1/chat/completions', imageBody([IMAGE_1], { min_tokens: 3, max_tokens: 5 }), { headers: { 'x-request-id': id } });
+      const res = await client.post('/v1/chat/completions', imageBody([uniqueImage()], { min_tokens: 3, max_tokens: 5 }), { headers: { 'x-request-id': id } });
       expect(res.status).toBe(200);
       await expectTokenLimits(id, '/inference/v1/generate', '/inference/v1/generate');
     } finally {
