@@ -169,7 +169,9 @@ suite(`real peers: Envoy + llm-d EPP (file discovery) + llm-d-inference-sim + ll
     expect(decodes).toHaveLength(1);
     expect(at(decodes[0]!.json, 'min_tokens')).toBe(3);
     expect(at(decodes[0]!.json, 'max_tokens')).toBe(5);
-    expect(at(decodes[0]!.json, 'kv_transfer_params', 'do_remote_prefill')).toBe(true);
+    // The generate wire format carries the transfer parameters under sampling_params.extra_args.
+    const kv = prefillPath.includes('generate') ? at(decodes[0]!.json, 'sampling_params', 'extra_args', 'kv_transfer_params') : at(decodes[0]!.json, 'kv_transfer_params');
+    expect(kv).toMatchObject({ do_remote_prefill: true, remote_engine_id: 'DUMMY_ID' });
   }
 
   it('min_tokens/max_tokens: kept on decode, capped on prefill and encode (OpenAI wire format)', async () => {
@@ -307,14 +309,25 @@ suite(`real peers: Envoy + llm-d EPP (file discovery) + llm-d-inference-sim + ll
     expect(waited.status).toBe(200);
     expect(at(waited.json, 'choices', 0, 'message', 'content')).toBe(held);
 
+    // DELETE of a queued request: 204, and it is never dispatched. GET says 202 until the AP pops it,
+    // then CANCELLED, which the AP writes (Envoy carries 499 as 400; docs/async-broker.md).
     const gone = nextId('delete');
-    expect((await client.post('/v1/chat/completions', chat, { headers: { 'x-ap-mode': 'enqueue', 'x-request-id': gone } })).status).toBe(202);
+    const doomed = `deleted hello ${gone}`;
+    const queued = await client.post('/v1/chat/completions', { ...chat, messages: [{ role: 'user', content: doomed }] }, { headers: { 'x-ap-mode': 'enqueue', 'x-request-id': gone } });
+    expect(queued.status).toBe(202);
     const del = await fetch(`${stack.publicUrl}/v1/requests/${gone}`, { method: 'DELETE' });
     expect(del.status).toBe(204);
     await del.arrayBuffer();
-    const after = await fetch(`${stack.publicUrl}/v1/requests/${gone}`);
-    expect(after.status).toBe(410);
-    await after.arrayBuffer();
+    let after = await fetch(`${stack.publicUrl}/v1/requests/${gone}`);
+    const until = Date.now() + 20_000;
+    while (after.status === 202 && Date.now() < until) {
+      await after.arrayBuffer();
+      await new Promise((r) => setTimeout(r, 250));
+      after = await fetch(`${stack.publicUrl}/v1/requests/${gone}`);
+    }
+    expect(after.status).toBe(400);
+    expect(at(await after.json(), 'error', 'code')).toBe('CANCELLED');
+    for (const role of ['encode', 'prefill', 'decode'] as const) expect(simRequestsMatching(simLogs(role), (r) => r.body.includes(doomed))).toEqual([]);
   }, 60_000);
 
   it('generate wire format (use_openai_format: false): encode and prefill legs are /inference/v1/generate capped to 1 token, decode keeps the client limits', async () => {
