@@ -14,6 +14,7 @@ import { crc32, deflateSync } from 'node:zlib';
 import { EPP_STACK_MODEL, freeEppStackPorts, startEppStack, type EppStack } from '../../scripts/epp-stack';
 import type { WorkerRole } from '../../scripts/epp-topology';
 import { at, sseData, TestClient } from '../support/client';
+import { freePort } from '../support/ports';
 import { eventually, peerBin, peersSkipReason, readAccessLog, simRequestsFor, simRequestsMatching, type SimHttpRequest } from '../support/peers';
 
 const skip = peersSkipReason();
@@ -343,6 +344,26 @@ suite(`real peers: Envoy + llm-d EPP (file discovery) + llm-d-inference-sim + ll
   }, 60_000);
 
   // Last: it changes the pool.
+  it('the readiness gate stays false while an endpoint in the file cannot be scraped', async () => {
+    const before = stack.endpoints;
+    const reloads = () => (readFileSync(stack.logs['epp']!, 'utf8').match(/endpoints file changed, reloading/g) ?? []).length;
+    const seen = reloads();
+    // A worker that is listed but not up (nothing listens on its port).
+    stack.writeEndpoints([...before, { name: 'sim-late-0', role: 'prefill', address: '127.0.0.1', port: await freePort() }]);
+    await eventually(reloads, (n) => n > seen, 'the EPP to reload the endpoints file', 10_000);
+    // Longer than the EPP's refresh (250 ms) and staleness (2 s) windows.
+    await new Promise((r) => setTimeout(r, 2500));
+    expect(await stack.readiness()).toEqual({ ready: false, envoyReady: true, readyEndpoints: before.length, expectedEndpoints: before.length + 1 });
+    stack.writeEndpoints(before);
+    let state = await stack.readiness();
+    const deadline = Date.now() + 15_000;
+    while (!state.ready && Date.now() < deadline) {
+      await new Promise((r) => setTimeout(r, 250));
+      state = await stack.readiness();
+    }
+    expect(state).toMatchObject({ ready: true, readyEndpoints: before.length });
+  }, 60_000);
+
   it('an endpoint removed from the endpoints file while running: the gauge drops and the EPP stops picking it', async () => {
     const kept = stack.endpoints.filter((e) => e.name !== 'sim-prefill-1');
     expect(kept).toHaveLength(WORKERS.length - 1);
