@@ -4,10 +4,10 @@
  */
 import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { runEppStackCommand } from './epp-stack';
 import { ensureEnvoy } from '../test/support/envoy';
 import { TestClient } from '../test/support/client';
 import { REPO_ROOT, type EnvoyBodyMode } from './envoy-bootstrap';
-import { runEppStackCommand } from './epp-stack';
 import { checkPortsFree, PortsBusyError, startLocalStack, STACK_PORTS, type LocalStack } from './local-stack';
 
 const KV_CONNECTORS = ['kv-shared-storage', 'kv-nixl', 'kv-sglang'];
