@@ -392,3 +392,38 @@ suite(`real peers: Envoy + llm-d EPP (file discovery) + llm-d-inference-sim + ll
     }
   }, 60_000);
 });
+
+// `npm run stack -- --epp BIN` without --sim: the same topology with our own sim/ as the workers.
+suite(`no-Kubernetes topology with our sim/ workers behind the real EPP${skip ? ` (skipped: ${skip})` : ''}`, () => {
+  let dir: string;
+  let stack: EppStack;
+  let client: TestClient;
+  beforeAll(async () => {
+    dir = mkdtempSync(join(tmpdir(), 'epd-peers-oursim-'));
+    stack = await startEppStack({ dir, ports: await freeEppStackPorts(['encode', 'prefill', 'decode']), eppBin: peerBin('epp'), readyTimeoutMs: 90_000 });
+    client = new TestClient(stack.publicUrl);
+  }, 180_000);
+  afterAll(async () => {
+    await client?.close();
+    await stack?.stop();
+    if (dir && !process.env['KEEP_STACK_DIR']) rmSync(dir, { recursive: true, force: true });
+  }, 30_000);
+
+  it('the EPP counts our workers as ready (they serve the vLLM gauges) and picks them for every leg', async () => {
+    expect(await stack.readiness()).toMatchObject({ ready: true, readyEndpoints: 3 });
+    const id = nextId('oursim');
+    const res = await client.post('/v1/chat/completions', { model: MODEL, messages: [{ role: 'user', content: 'hello from our sim' }] }, { headers: { 'x-request-id': id } });
+    expect(res.status).toBe(200);
+    expect(at(res.json, 'choices', 0, 'message', 'content')).toBe('hello from our sim');
+    expect(res.headers['x-inference-pod']).toBe('sim-decode-0');
+    const port = Object.fromEntries(stack.endpoints.map((e) => [e.role, e.port]));
+    const lines = await eventually(() => readAccessLog(stack.accessLogPath).filter((l) => l['id'] === id), (ls) => ls.length === 3, 'three access-log lines', 8000);
+    expect(lines.map((l) => [l['listener'], l['epp-profile'], l['code'], l['upstream']])).toEqual(
+      expect.arrayContaining([
+        ['gateway', 'decode', '412', '-'],
+        ['gateway', 'prefill', '200', `127.0.0.1:${port['prefill']}`],
+        ['public', 'decode', '200', `127.0.0.1:${port['decode']}`],
+      ]),
+    );
+  });
+});
