@@ -14,8 +14,9 @@ import path from 'node:path';
 import { spawnSync } from 'node:child_process';
 import yaml from 'js-yaml';
 import { parseConfig } from '../../../src/config/config';
+import { DECODE_PATHS, DECODE_PREFIXES, PIPELINE_PATHS, REFUSED_PATH_BODY, REFUSED_PATH_STATUS, SERVICE_PREFIXES, allowedMatches } from '../../../scripts/path-policy';
 import { CrdCatalog, SHARED_CRDS_DIR, envoyGatewayCrdDirs } from './crd-catalog';
-import { EGCTL, TRANSLATE_NAMESPACE, envoyBinary, failedConditions, staticBootstrap, translate, translationInput, writeYaml } from './egctl-translation';
+import { EGCTL, TRANSLATE_NAMESPACE, envoyBinary, failedConditions, routeConfigsOf, staticBootstrap, translate, translationInput, writeYaml } from './egctl-translation';
 import { K8S_DIR, type K8sObject, groupOf, loadManifests } from './manifest-files';
 import {
   CHART_DIR,
@@ -93,6 +94,18 @@ const coordinatorYaml = (objs: readonly K8sObject[]) => {
   return yaml.load(cm.data['coordinator.yaml']!) as { server: Json; gateway: Json; pipeline: { steps: { type: string }[] } };
 };
 
+interface RouteRule {
+  name: string;
+  matches?: { path?: { type: string; value: string } }[];
+  filters?: { type: string; extensionRef?: { group: string; kind: string; name: string } }[];
+  backendRefs?: { kind: string; name: string }[];
+}
+type Route = K8sObject & { spec: { parentRefs: Json[]; rules: RouteRule[] } };
+/** scripts/path-policy.ts's matches as Gateway API writes them (PathPrefix matches whole segments, without the trailing slash). */
+const toGatewayApi = (m: { path: string } | { prefix: string }) =>
+  'path' in m ? { path: { type: 'Exact', value: m.path } } : { path: { type: 'PathPrefix', value: m.prefix.replace(/\/$/, '') } };
+const rulesOf = (objs: readonly K8sObject[], name = 'epd-inference') => find<Route>(objs, 'HTTPRoute', name).spec.rules;
+
 const helmTitle = 'Helm chart charts/epd-coordinator';
 (haveHelm ? describe : describe.skip)(haveHelm ? helmTitle : `${helmTitle} (skipped: .tools/bin/helm is absent; run charts/install-tools.sh, which needs Go)`, () => {
   jest.setTimeout(120_000);
@@ -116,16 +129,21 @@ const helmTitle = 'Helm chart charts/epd-coordinator';
         'Gateway/epd-internal',
         'Gateway/inference-gateway',
         'HTTPRoute/epd-inference',
+        'HTTPRoute/epd-refused-paths',
         'HTTPRoute/epd-side-calls',
+        'HTTPRouteFilter/epd-refused-path',
         'PodDisruptionBudget/epd-coordinator',
         'Service/epd-coordinator',
         'ServiceAccount/epd-coordinator',
       ].sort(),
     );
-    const pool = (o: K8sObject) => (o['spec'] as { rules: { backendRefs: { kind: string; name: string }[] }[] }).rules[0]!.backendRefs[0]!;
-    for (const route of defaults.filter((o) => o.kind === 'HTTPRoute')) expect(pool(route)).toMatchObject({ kind: 'InferencePool', name: 'epd-pool' });
+    // Every rule that sends anywhere sends to the pool (the refused-paths rule sends nowhere).
+    const backends = (objs: K8sObject[]) => objs.filter((o) => o.kind === 'HTTPRoute').flatMap((o) => (o as Route).spec.rules.flatMap((r) => r.backendRefs ?? []));
+    expect(backends(defaults)).toHaveLength(3);
+    for (const b of backends(defaults)) expect(b).toMatchObject({ kind: 'InferencePool', name: 'epd-pool' });
     const mine = render({ inferencePool: { name: 'qwen-vl-pool' } });
-    for (const route of mine.filter((o) => o.kind === 'HTTPRoute')) expect(pool(route)).toMatchObject({ kind: 'InferencePool', name: 'qwen-vl-pool' });
+    expect(backends(mine)).toHaveLength(3);
+    for (const b of backends(mine)) expect(b).toMatchObject({ kind: 'InferencePool', name: 'qwen-vl-pool' });
   });
 
   test('helm lint --strict passes', () => {
@@ -220,6 +238,11 @@ const helmTitle = 'Helm chart charts/epd-coordinator';
       [{ inferencePool: { name: '' } }, 'inferencePool'],
       [{ config: { server: { shutdown_timeout: 'soon' } } }, 'shutdown_timeout'],
       [{ metrics: { serviceMonitor: { enabeld: true } } }, 'enabeld'],
+      // A prefix of "/" would open every path; a rule without matches would match every path.
+      [{ gateways: { pathPolicy: { servicePrefixes: ['/'] } } }, 'servicePrefixes'],
+      [{ gateways: { pathPolicy: { pipelinePaths: [] } } }, 'pipelinePaths'],
+      [{ gateways: { pathPolicy: { decodePaths: ['v1/no-slash'] } } }, 'decodePaths'],
+      [{ gateways: { pathPolicy: { decodePrefixes: ['/v1/a b/'] } } }, 'decodePrefixes'],
     ] as const) {
       const r = helmTemplate(values as Json);
       expect({ values, status: r.status, mentions: r.stderr.includes(mention) }).toEqual({ values, status: 1, mentions: true });
@@ -304,6 +327,42 @@ const helmTitle = 'Helm chart charts/epd-coordinator';
     expect({ status: r.status, says: /secretName/.test(r.stderr) }).toEqual({ status: 1, says: true });
   });
 
+  test('path policy: values.yaml\'s lists are scripts/path-policy.ts\'s, the public route allows exactly them, and every other path gets config/k8s\'s 404 without the coordinator', () => {
+    // One source of truth: the chart's defaults are the policy's lists, as they are written there.
+    const values = yaml.load(fs.readFileSync(path.join(CHART_DIR, 'values.yaml'), 'utf8')) as { gateways: { pathPolicy: Json } };
+    expect(values.gateways.pathPolicy).toEqual({ pipelinePaths: PIPELINE_PATHS, servicePrefixes: SERVICE_PREFIXES, decodePaths: DECODE_PATHS, decodePrefixes: DECODE_PREFIXES });
+    const rules = rulesOf(defaults);
+    expect(rules.map((r) => r.name)).toEqual(['inference', 'decode-apis']);
+    expect(rules.flatMap((r) => r.matches ?? [])).toEqual(allowedMatches().map(toGatewayApi));
+    // Only the pipeline's paths and the broker's results are in the rule named for the pipeline.
+    expect(rules[0]!.matches).toEqual([...PIPELINE_PATHS.map((p) => ({ path: p })), ...SERVICE_PREFIXES.map((prefix) => ({ prefix }))].map(toGatewayApi));
+
+    // Every other path: a catch-all on the same listener, answered by the HTTPRouteFilter, no backend,
+    // and not a target of the coordinator's extension policy.
+    const refused = find<Route>(defaults, 'HTTPRoute', 'epd-refused-paths');
+    expect(refused.spec.parentRefs).toEqual(find<Route>(defaults, 'HTTPRoute', 'epd-inference').spec.parentRefs);
+    expect(refused.spec.rules).toEqual([
+      { name: 'refused', matches: [{ path: { type: 'PathPrefix', value: '/' } }], filters: [{ type: 'ExtensionRef', extensionRef: { group: 'gateway.envoyproxy.io', kind: 'HTTPRouteFilter', name: 'epd-refused-path' } }] },
+    ]);
+    const filter = find<K8sObject & { spec: Json }>(defaults, 'HTTPRouteFilter', 'epd-refused-path');
+    expect(filter.spec).toEqual({ directResponse: { statusCode: REFUSED_PATH_STATUS, contentType: 'application/json', body: { type: 'Inline', inline: REFUSED_PATH_BODY } } });
+    const targets = find<K8sObject & { spec: { targetRefs: { name: string }[] } }>(defaults, 'EnvoyExtensionPolicy').spec.targetRefs.map((t) => t.name);
+    expect(targets).toEqual(['epd-inference']);
+    // The matches are on normalised paths.
+    expect(find<K8sObject & { spec: Json }>(defaults, 'ClientTrafficPolicy').spec['path']).toEqual({ escapedSlashesAction: 'UnescapeAndRedirect', disableMergeSlashes: false });
+
+    // An operator opens a path on purpose by adding it to a list; nothing else changes.
+    const opened = rulesOf(render({ gateways: { pathPolicy: { decodePaths: [...DECODE_PATHS, '/v1/my-api'], decodePrefixes: [...DECODE_PREFIXES, '/v1/files/'] } } }));
+    expect(opened[0]).toEqual(rules[0]);
+    expect(opened[1]!.matches).toEqual([
+      ...[...DECODE_PATHS, '/v1/my-api'].map((p) => ({ path: p })),
+      ...[...DECODE_PREFIXES, '/v1/files/'].map((prefix) => ({ prefix })),
+    ].map(toGatewayApi));
+    // No decode APIs at all: the rule is dropped, not left without matches (which would match every path).
+    const pipelineOnly = rulesOf(render({ gateways: { pathPolicy: { decodePaths: [], decodePrefixes: [] } } }));
+    expect(pipelineOnly).toEqual([rules[0]]);
+  });
+
   test('metrics off: no metrics port, scrape annotations or ServiceMonitor, and coordinator.yaml turns the listener off', () => {
     const objs = render({ metrics: { enabled: false } });
     expect(coordinatorYaml(objs).server['metrics_addr']).toBe('off');
@@ -318,6 +377,7 @@ const helmTitle = 'Helm chart charts/epd-coordinator';
     const objs = render({ gateways: { create: false, public: { parentRefs: pub }, internal: { parentRefs: internal, serviceName: 'shared-internal', proxyNamespace: 'gw' } } });
     expect(objs.filter((o) => ['Gateway', 'EnvoyProxy', 'ClientTrafficPolicy'].includes(o.kind))).toEqual([]);
     expect((find<K8sObject & { spec: { parentRefs: Json[] } }>(objs, 'HTTPRoute', 'epd-inference')).spec.parentRefs).toEqual(pub);
+    expect((find<K8sObject & { spec: { parentRefs: Json[] } }>(objs, 'HTTPRoute', 'epd-refused-paths')).spec.parentRefs).toEqual(pub);
     expect((find<K8sObject & { spec: { parentRefs: Json[] } }>(objs, 'HTTPRoute', 'epd-side-calls')).spec.parentRefs).toEqual(internal);
     expect(coordinatorYaml(objs).gateway['address']).toBe('http://shared-internal.gw.svc.cluster.local:8081');
     const r = helmTemplate({ gateways: { create: false } });
@@ -413,6 +473,27 @@ const egSkip = !haveHelm ? '.tools/bin/helm is absent' : !haveEgctl ? '.tools/bi
   test('Envoy Gateway accepts every resource of both Gateways: no condition is False', () => {
     expect([...resources.keys()].sort()).toEqual(['epd-internal', 'inference-gateway']);
     for (const [gw, r] of resources) expect({ gw, failed: failedConditions(r) }).toEqual({ gw, failed: [] });
+  });
+
+  test('the public Gateway serves exactly the allowed paths, through the coordinator\'s filter, and answers every other path with the 404 itself', () => {
+    const routes = routeConfigsOf(dumps.get('inference-gateway')!).flatMap((rc) => (rc['virtualHosts'] as { routes: Json[] }[]).flatMap((v) => v.routes));
+    const served = routes.filter((r) => r['directResponse'] === undefined);
+    const refused = routes.filter((r) => r['directResponse'] !== undefined);
+    const extProc = (r: Json) => Object.keys((r['typedPerFilterConfig'] as Json) ?? {}).filter((k) => k.startsWith('envoy.filters.http.ext_proc/'));
+    for (const r of served) expect({ match: r['match'], extProc: extProc(r).length }).toEqual({ match: r['match'], extProc: 1 });
+    expect(refused).toHaveLength(1);
+    expect(extProc(refused[0]!)).toEqual([]);
+    const direct = refused[0]!['directResponse'] as { status: number; bodyFormat: { textFormatSource: { inlineBytes: string } } };
+    expect(direct.status).toBe(REFUSED_PATH_STATUS);
+    expect(Buffer.from(direct.bodyFormat.textFormatSource.inlineBytes, 'base64').toString('utf8')).toBe(REFUSED_PATH_BODY);
+    expect(refused[0]!['match']).toEqual({ prefix: '/' });
+    // Envoy takes the first route that matches: the catch-all must come after every allowed path.
+    expect(routes[routes.length - 1]).toBe(refused[0]);
+    expect(refused[0]!['responseHeadersToAdd']).toEqual([expect.objectContaining({ header: { key: 'Content-Type', value: 'application/json' } })]);
+    // Envoy's matches (an exact path; a prefix by whole segments), compared as sets: Envoy Gateway orders them by specificity.
+    const envoyMatch = (m: { path: string } | { prefix: string }) => ('path' in m ? { path: m.path } : { pathSeparatedPrefix: m.prefix.replace(/\/$/, '') });
+    const byJson = (a: unknown, b: unknown) => JSON.stringify(a).localeCompare(JSON.stringify(b));
+    expect(served.map((r) => r['match']).sort(byJson)).toEqual(allowedMatches().map(envoyMatch).sort(byJson));
   });
 
   const vTitle = 'Envoy accepts the translated configuration of each Gateway (envoy --mode validate)';
