@@ -9,8 +9,8 @@
  */
 import type { ServerResponse } from 'node:http';
 import { startSimulator, type FaultRule, type Simulator } from '../../sim/simulator';
-import { at, TestClient, type ClientResponse } from '../support/client';
-import { freePort, sleep } from '../support/ports';
+import { at, TestClient, type ClientResponse } from '../../launch/client';
+import { freePort, sleep } from '../../launch/ports';
 import { startStack, type Role, type Stack } from '../support/stack';
 import { ImageServer, PNG_BYTES } from '../unit/media/image-server';
 import { expectIdle, expectOpenAiError, trackUnhandledRejections, UPSTREAM_SECRET } from './support/expect';

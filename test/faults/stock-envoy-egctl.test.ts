@@ -13,7 +13,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import yaml from 'js-yaml';
-import { TestClient } from '../support/client';
+import { TestClient } from '../../launch/client';
 import {
   EGCTL,
   TRANSLATE_NAMESPACE,

@@ -9,7 +9,7 @@
  */
 import { request } from 'undici';
 import { PNG_BYTES } from '../unit/media/image-server';
-import { TestClient } from '../support/client';
+import { TestClient } from '../../launch/client';
 import { startStack, type Stack } from '../support/stack';
 import { LATIN1_VALUE, spoofedGatewayHeaders } from '../support/trust-cases';
 

@@ -1,6 +1,6 @@
 /** Reads the JSON access log the Envoy bootstrap writes (one object per line, both listeners). */
 import { existsSync, readFileSync } from 'node:fs';
-import { sleep } from './ports';
+import { sleep } from '../../launch/ports';
 
 /** One line, as the bootstrap's `json_format` writes it; missing values are `null`. */
 export interface AccessLogEntry {

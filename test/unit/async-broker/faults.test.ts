@@ -2,7 +2,7 @@
  * Redis going away and coming back (reference async-broker.md §6.1): passthrough fails open, queued
  * modes answer 503 with the fixed text, the routes answer 500, and everything heals after a restart.
  */
-import { waitUntil } from '../../support/ports';
+import { waitUntil } from '../../../launch/ports';
 import { RedisServer } from '../../support/redis';
 import { build, closeAll, json, request, respond, route, sleep } from './harness';
 

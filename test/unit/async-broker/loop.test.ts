@@ -5,8 +5,8 @@
 import { createServer, type IncomingMessage, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import type Redis from 'ioredis';
-import { TestAsyncProcessor } from '../../support/async-processor';
-import { waitUntil } from '../../support/ports';
+import { TestAsyncProcessor } from '../../../launch/async-processor';
+import { waitUntil } from '../../../launch/ports';
 import { RedisServer } from '../../support/redis';
 import { Wakeup } from '../../../src/steps/async-broker/wakeup';
 import { build, closeAll, json, request, respond, route, sleep, text } from './harness';

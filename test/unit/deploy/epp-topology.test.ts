@@ -1,5 +1,5 @@
 /**
- * The no-Kubernetes topology generator (scripts/epp-topology.ts, docs/deploy-without-kubernetes.md):
+ * The no-Kubernetes topology generator (launch/epp-topology.ts, docs/deploy-without-kubernetes.md):
  * the three files as a launcher gets them, Envoy accepting its file, and the readiness gate's parse.
  * Running them against the real EPP is test/peers/ (needs PEERS_BIN).
  */
@@ -19,8 +19,8 @@ import {
   TopologyError,
   writeTopology,
   type TopologyOptions,
-} from '../../../scripts/epp-topology';
-import { ensureEnvoy } from '../../support/envoy';
+} from '../../../launch/epp-topology';
+import { ensureEnvoy } from '../../../launch/envoy';
 
 type Json = Record<string, any>; // eslint-disable-line @typescript-eslint/no-explicit-any
 
@@ -40,7 +40,7 @@ try {
   envoyBin = undefined;
 }
 
-describe('no-Kubernetes topology files (scripts/epp-topology.ts)', () => {
+describe('no-Kubernetes topology files (launch/epp-topology.ts)', () => {
   let dir: string;
   let envoy: Json;
   let epp: Json;

@@ -13,7 +13,7 @@ import yaml from 'js-yaml';
 import { type Stage, execForm, last, parseDockerfile } from './dockerfile';
 import { DockerIgnore } from './dockerignore';
 import { type ReplayedStage, replay } from './replay';
-import { freePort, isListening } from '../../support/ports';
+import { freePort, isListening } from '../../../launch/ports';
 
 const REPO_ROOT = path.resolve(__dirname, '../../..');
 const dockerfileText = fs.readFileSync(path.join(REPO_ROOT, 'Dockerfile'), 'utf8');

@@ -9,7 +9,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { spawnSync } from 'node:child_process';
-import { allowedMatches } from '../../../scripts/path-policy';
+import { allowedMatches } from '../../../launch/path-policy';
 import {
   EGCTL,
   TRANSLATE_NAMESPACE,

@@ -14,7 +14,7 @@ import path from 'node:path';
 import { spawnSync } from 'node:child_process';
 import yaml from 'js-yaml';
 import { parseConfig } from '../../../src/config/config';
-import { DECODE_PATHS, DECODE_PREFIXES, PIPELINE_PATHS, REFUSED_PATH_BODY, REFUSED_PATH_STATUS, SERVICE_PREFIXES, allowedMatches } from '../../../scripts/path-policy';
+import { DECODE_PATHS, DECODE_PREFIXES, PIPELINE_PATHS, REFUSED_PATH_BODY, REFUSED_PATH_STATUS, SERVICE_PREFIXES, allowedMatches } from '../../../launch/path-policy';
 import { CrdCatalog, SHARED_CRDS_DIR, envoyGatewayCrdDirs } from './crd-catalog';
 import { EGCTL, TRANSLATE_NAMESPACE, envoyBinary, failedConditions, routeConfigsOf, staticBootstrap, translate, translationInput, writeYaml } from './egctl-translation';
 import { K8S_DIR, type K8sObject, groupOf, loadManifests } from './manifest-files';
@@ -101,7 +101,7 @@ interface RouteRule {
   backendRefs?: { kind: string; name: string }[];
 }
 type Route = K8sObject & { spec: { parentRefs: Json[]; rules: RouteRule[] } };
-/** scripts/path-policy.ts's matches as Gateway API writes them (PathPrefix matches whole segments, without the trailing slash). */
+/** launch/path-policy.ts's matches as Gateway API writes them (PathPrefix matches whole segments, without the trailing slash). */
 const toGatewayApi = (m: { path: string } | { prefix: string }) =>
   'path' in m ? { path: { type: 'Exact', value: m.path } } : { path: { type: 'PathPrefix', value: m.prefix.replace(/\/$/, '') } };
 const rulesOf = (objs: readonly K8sObject[], name = 'epd-inference') => find<Route>(objs, 'HTTPRoute', name).spec.rules;
@@ -327,7 +327,7 @@ const helmTitle = 'Helm chart charts/epd-coordinator';
     expect({ status: r.status, says: /secretName/.test(r.stderr) }).toEqual({ status: 1, says: true });
   });
 
-  test('path policy: values.yaml\'s lists are scripts/path-policy.ts\'s, the public route allows exactly them, and every other path gets config/k8s\'s 404 without the coordinator', () => {
+  test('path policy: values.yaml\'s lists are launch/path-policy.ts\'s, the public route allows exactly them, and every other path gets config/k8s\'s 404 without the coordinator', () => {
     // One source of truth: the chart's defaults are the policy's lists, as they are written there.
     const values = yaml.load(fs.readFileSync(path.join(CHART_DIR, 'values.yaml'), 'utf8')) as { gateways: { pathPolicy: Json } };
     expect(values.gateways.pathPolicy).toEqual({ pipelinePaths: PIPELINE_PATHS, servicePrefixes: SERVICE_PREFIXES, decodePaths: DECODE_PATHS, decodePrefixes: DECODE_PREFIXES });

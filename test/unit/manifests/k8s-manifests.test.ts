@@ -12,7 +12,7 @@ import { StepRegistry } from '../../../src/pipeline/registry';
 import type { StepDeps } from '../../../src/pipeline/step';
 import type { SideCallClient } from '../../../src/gateway/client';
 import { registerBuiltinSteps } from '../../../src/steps';
-import { allowedMatches, REFUSED_PATH_BODY, REFUSED_PATH_STATUS } from '../../../scripts/path-policy';
+import { allowedMatches, REFUSED_PATH_BODY, REFUSED_PATH_STATUS } from '../../../launch/path-policy';
 import { CrdCatalog, SHARED_CRDS_DIR, envoyGatewayCrdDirs } from './crd-catalog';
 import {
   K8S_DIR,
@@ -405,7 +405,7 @@ describe('Envoy Gateway wiring', () => {
     }
   });
 
-  test('the public route allows exactly the paths of scripts/path-policy.ts, and removes client routing headers', () => {
+  test('the public route allows exactly the paths of launch/path-policy.ts, and removes client routing headers', () => {
     const route = publicRoute();
     const toK8s = (m: { path: string } | { prefix: string }) =>
       'path' in m ? { path: { type: 'Exact', value: m.path } } : { path: { type: 'PathPrefix', value: m.prefix.replace(/\/$/, '') } };

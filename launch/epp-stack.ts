@@ -1,5 +1,5 @@
 /**
- * The no-Kubernetes production topology (scripts/epp-topology.ts) run on loopback: workers
+ * The no-Kubernetes production topology (launch/epp-topology.ts) run on loopback: workers
  * (llm-d-inference-sim with `simBin`, else our own sim/), a render worker, the real llm-d EPP with
  * file discovery, epd-coordinator, Envoy, and optionally Redis with the real llm-d-async processor.
  * Used by `npm run stack -- --epp BIN [--sim BIN]` and the real-peer suite (test/peers/).
@@ -9,8 +9,8 @@
 import { mkdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import yaml from 'js-yaml';
-import { ensureEnvoy } from '../test/support/envoy';
-import { canBind, freePort, isListening, waitUntil } from '../test/support/ports';
+import { ensureEnvoy } from './envoy';
+import { canBind, freePort, isListening, waitUntil } from './ports';
 import { REPO_ROOT } from './envoy-bootstrap';
 import { readinessGate, renderEndpointsFile, writeTopology, type ReadinessState, type WorkerEndpoint, type WorkerRole } from './epp-topology';
 import { startChild, stopAll, type Child } from './supervise';
@@ -151,7 +151,7 @@ export function eppStackCoordinatorConfig(o: {
     gateway: { address: `http://127.0.0.1:${o.ports.gateway}`, timeout: '60s' },
     pipeline: { kv_connector: 'kv-nixl', ec_connector: 'ec-nixl', use_openai_format: o.useOpenaiFormat, steps },
   };
-  return `# Written by scripts/epp-stack.ts for this run.\n${yaml.dump(doc, { lineWidth: 120 })}`;
+  return `# Written by launch/epp-stack.ts for this run.\n${yaml.dump(doc, { lineWidth: 120 })}`;
 }
 
 function simArgv(role: WorkerRole | 'render', port: number, extra: readonly string[]): string[] {

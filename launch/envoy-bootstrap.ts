@@ -203,7 +203,7 @@ export function renderEnvoyBootstrap(opts: Partial<EnvoyBootstrapOptions> = {}):
   return renderTemplate(readFileSync(ENVOY_TEMPLATE_PATH, 'utf8'), placeholders(o));
 }
 
-const USAGE = `usage: npx tsx scripts/envoy-bootstrap.ts [options]
+const USAGE = `usage: npx tsx launch/envoy-bootstrap.ts [options]
   --write-defaults         rewrite envoy/envoy.yaml and envoy/envoy-buffered.yaml
   --out FILE               write the rendering to FILE (default: stdout)
   --buffered               BUFFERED request bodies (default: FULL_DUPLEX_STREAMED)

@@ -7,8 +7,8 @@ import { execFileSync } from 'node:child_process';
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import yaml from 'js-yaml';
-import { startEnvoy, type EnvoyHandle } from '../test/support/envoy';
-import { canBind, freePort } from '../test/support/ports';
+import { startEnvoy, type EnvoyHandle } from './envoy';
+import { canBind, freePort } from './ports';
 import { REPO_ROOT, type EnvoyBodyMode } from './envoy-bootstrap';
 import { startChild, stopAll, type Child } from './supervise';
 
@@ -171,7 +171,7 @@ export function coordinatorConfig(opts: Pick<LocalStackOptions, 'ports' | 'kvCon
       }),
     },
   };
-  return `# Written by scripts/local-stack.ts for this run; edits are overwritten.\n${yaml.dump(doc, { lineWidth: 120 })}`;
+  return `# Written by launch/local-stack.ts for this run; edits are overwritten.\n${yaml.dump(doc, { lineWidth: 120 })}`;
 }
 
 /** Compiles the project into dist/ (`npm run build`), for {@link LocalStackOptions.builtService}. */

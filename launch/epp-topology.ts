@@ -14,7 +14,7 @@
  *   `prefiller=` beside our dynamic metadata.
  *
  * Pure functions plus a CLI; an external launcher can call {@link writeTopology} or copy the output
- * of `npx tsx scripts/epp-topology.ts --out DIR ...`. {@link readinessGate} is the job's readiness
+ * of `npx tsx launch/epp-topology.ts --out DIR ...`. {@link readinessGate} is the job's readiness
  * check: Envoy admin `/ready` answers 200 and the EPP's `llm_d_epp_ready_endpoints` gauge counts
  * every endpoint.
  */
@@ -411,7 +411,7 @@ export function renderEnvoyConfig(o: EnvoyConfigOptions): string {
       ],
     },
   };
-  return `# Envoy for epd-coordinator + the llm-d EPP (file discovery), written by scripts/epp-topology.ts.
+  return `# Envoy for epd-coordinator + the llm-d EPP (file discovery), written by launch/epp-topology.ts.
 # public ${o.publicAddress}:${o.publicPort}: strip client routing headers -> epd-coordinator -> EPP -> ORIGINAL_DST
 # gateway 127.0.0.1:${o.gatewayPort}: the coordinator's side calls -> EPP -> ORIGINAL_DST
 # admin 127.0.0.1:${o.adminPort}: /ready
@@ -488,7 +488,7 @@ export async function readinessGate(opts: { adminUrl: string; eppMetricsUrl: str
   return { ready: envoyReady && readyEndpoints === opts.expectedEndpoints, envoyReady, readyEndpoints, expectedEndpoints: opts.expectedEndpoints };
 }
 
-const USAGE = `usage: npx tsx scripts/epp-topology.ts --out DIR [options]
+const USAGE = `usage: npx tsx launch/epp-topology.ts --out DIR [options]
   --encode NAME=IP:PORT     an encode worker (repeat for more)
   --prefill NAME=IP:PORT    a prefill worker (repeat)
   --decode NAME=IP:PORT     a decode worker (repeat)

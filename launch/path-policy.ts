@@ -1,6 +1,6 @@
 /**
  * The public listener's path policy (issue #12), in one place: an allow-list. The Envoy bootstrap
- * (envoy/envoy.template.yaml, rendered by scripts/envoy-bootstrap.ts) is generated from it, a test
+ * (envoy/envoy.template.yaml, rendered by launch/envoy-bootstrap.ts) is generated from it, a test
  * checks that config/k8s/routes.yaml lists the same paths, and docs/hardening.md explains it.
  *
  * Why an allow-list: a worker serves many paths that are not inference APIs (vLLM's `/sleep`,

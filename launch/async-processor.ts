@@ -10,8 +10,8 @@
  */
 import { request } from 'node:http';
 import Redis from 'ioredis';
-import { goMarshal } from '../../src/steps/async-broker/go-json';
-import { CLEANUP_REQUEST_STATE } from '../../src/steps/async-broker/scripts';
+import { goMarshal } from '../src/steps/async-broker/go-json';
+import { CLEANUP_REQUEST_STATE } from '../src/steps/async-broker/scripts';
 
 export interface ApQueue {
   readonly queueName: string;
