@@ -4,7 +4,7 @@
  *
  *   npx tsx src/config/reference.ts > docs/configuration.md
  *
- * test/unit/manifests/config-reference.test.ts fails while the committed page differs.
+ * test/unit/config/config-reference.test.ts fails while the committed page differs.
  */
 import { envName } from './config';
 import { KEYS, type KeySpec } from './schema';

@@ -22,7 +22,7 @@ import {
   translationInput,
   walkObjects,
   writeYaml,
-} from '../unit/manifests/egctl-translation';
+} from '../deploy/manifests/egctl-translation';
 import { startCustomStack, type CustomStack } from './support/custom-stack';
 
 type Json = Record<string, unknown>;

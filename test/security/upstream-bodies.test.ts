@@ -8,7 +8,7 @@
  */
 import { at, TestClient } from '../../launch/client';
 import { startStack, type Role, type Stack } from '../support/stack';
-import { ImageServer, PNG_BYTES } from '../unit/media/image-server';
+import { ImageServer, PNG_BYTES } from '../unit/steps/media/image-server';
 import { expectOpenAiError, UPSTREAM_SECRET } from '../faults/support/expect';
 
 const BODIES = [
