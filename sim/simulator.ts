@@ -45,12 +45,15 @@ function headersOf(req: IncomingMessage): Record<string, string> {
 }
 
 function faultReply(rule: FaultRule & { status: number }): Reply {
-  if (rule.body === undefined) return errorReply(rule.status, `simulated fault: HTTP ${rule.status}`);
+  if (rule.body === undefined) {
+    const reply = errorReply(rule.status, `simulated fault: HTTP ${rule.status}`);
+    return rule.headers ? { ...reply, headers: { ...reply.headers, ...rule.headers } } : reply;
+  }
   const isJson = parseJson(Buffer.from(rule.body)) !== undefined;
   return {
     kind: 'buffered',
     status: rule.status,
-    headers: { 'content-type': isJson ? 'application/json' : 'text/plain; charset=utf-8' },
+    headers: { 'content-type': isJson ? 'application/json' : 'text/plain; charset=utf-8', ...rule.headers },
     body: Buffer.from(rule.body),
     delayMs: 0,
   };

@@ -35,6 +35,16 @@ const FORWARDABLE_NAME = /^[!#$%&'*+\-.^_`|~0-9a-z]+$/;
 /** Control characters other than HTAB, DEL, and anything beyond latin1. */
 const UNFORWARDABLE_VALUE = /[\x00-\x08\x0a-\x1f\x7f]|[^\x00-\xff]/;
 
+/**
+ * Which path a request took through prefill (access-log field `disaggregation`):
+ * - `disaggregated`: a prefill leg ran and decode pulls its KV cache;
+ * - `aggregated_short_prompt`: the prompt was shorter than prefill's `min_prompt_tokens`, so no
+ *   prefill leg was sent and decode computes the whole prompt itself;
+ * - `aggregated_fallback`: the EPP had no prefill endpoint at all and prefill's
+ *   `fallback_to_decode` served the request on decode alone.
+ */
+export type DisaggregationPath = 'disaggregated' | 'aggregated_short_prompt' | 'aggregated_fallback';
+
 /** What the decode step leaves for the final rewrite: the headers Envoy forwards with. */
 export interface DecodeRequest {
   readonly headers: Record<string, string>;
@@ -94,6 +104,8 @@ export class RequestContext {
   ecTransferParams: Array<Record<string, unknown>> | null = null;
   /** Set by prefill from its response; `null` when the response carried none. */
   kvTransferParams: Record<string, unknown> | null = {};
+  /** Set by prefill; `null` when no prefill step ran. Decode adds no KV params to an aggregated request. */
+  disaggregation: DisaggregationPath | null = null;
   /** Set by the terminal decode step: the request is ready to be forwarded by Envoy. */
   decode: DecodeRequest | null = null;
 

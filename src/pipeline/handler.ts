@@ -215,6 +215,7 @@ class PipelineExchange extends BaseExchange {
       errorStep: failed?.step,
       inputTokens: this.ctx?.tokenIds ? this.ctx.tokenIds.length : null,
       stepsStarted: this.timings.map((t) => t.step),
+      disaggregation: this.ctx?.disaggregation ?? null,
       parseMs: this.parseMs,
       stepMs,
     });
@@ -249,6 +250,7 @@ class PipelineExchange extends BaseExchange {
       token_count: ctx.tokenIds?.length ?? 0,
       mm_entries: ctx.multimodalEntries.length,
     };
+    if (ctx.disaggregation) facts['disaggregation'] = ctx.disaggregation;
     switch (outcome.kind) {
       case 'failed':
         return this.failure(outcome.error, outcome.step, outcome.timings, facts);
