@@ -58,6 +58,8 @@ export interface LocalStackOptions {
    * nothing sends it `Prefer: if-available`, so every request is a plain cascade. Default false.
    */
   readonly conditionalDecode?: boolean;
+  /** Params of the `prefill` step (e.g. `min_prompt_tokens`). Default none. */
+  readonly prefillParams?: Record<string, unknown>;
   /** Access-log flush interval. */
   readonly flushIntervalMs?: number;
   /** Write V8 CPU profiles of the coordinator (`--cpu-prof`) into this directory, for benchmarks. */
@@ -117,7 +119,7 @@ export async function checkPortsFree(ports: LocalStackPorts): Promise<void> {
   if (busy.length > 0) throw new PortsBusyError(busy);
 }
 
-export function coordinatorConfig(opts: Pick<LocalStackOptions, 'ports' | 'kvConnector' | 'logLevel' | 'conditionalDecode'>): string {
+export function coordinatorConfig(opts: Pick<LocalStackOptions, 'ports' | 'kvConnector' | 'logLevel' | 'conditionalDecode' | 'prefillParams'>): string {
   const render = { type: 'render', params: { address: `http://127.0.0.1:${opts.ports.render}`, timeout: '30s' } };
   // The async broker must run first; it is a no-op for requests without the X-AP-Mode header.
   const asyncBroker = opts.ports.redis
@@ -135,7 +137,7 @@ export function coordinatorConfig(opts: Pick<LocalStackOptions, 'ports' | 'kvCon
     pipeline: {
       kv_connector: opts.kvConnector,
       use_openai_format: true,
-      steps: [...asyncBroker, render, ...(opts.conditionalDecode ? [{ type: 'conditional-decode' }] : []), { type: 'prefill' }, { type: 'decode' }],
+      steps: [...asyncBroker, render, ...(opts.conditionalDecode ? [{ type: 'conditional-decode' }] : []), opts.prefillParams ? { type: 'prefill', params: opts.prefillParams } : { type: 'prefill' }, { type: 'decode' }],
     },
   };
   return `# Written by scripts/local-stack.ts for this run; edits are overwritten.\n${yaml.dump(doc, { lineWidth: 120 })}`;

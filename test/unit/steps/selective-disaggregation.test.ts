@@ -101,7 +101,7 @@ describe('fallback_to_decode', () => {
 describe('isNoPrefillEndpointAnswer', () => {
   const res = (status: number, reason: string | undefined, body: string) => ({
     status,
-    headers: reason === undefined ? {} : { 'x-llm-d-request-dropped-reason': reason },
+    headers: (reason === undefined ? {} : { 'x-llm-d-request-dropped-reason': reason }) as Record<string, string>,
     body: Buffer.from(body),
   });
   it.each([
