@@ -10,6 +10,7 @@ import { completionReply } from './completion-replies';
 import { CONTROL_PREFIX, controlReply, MAX_CONTROL_BODY_BYTES } from './control-api';
 import { HttpError } from './errors';
 import { FaultTable } from './faults';
+import { RESPONSES_PATH, RESPONSES_RENDER_PATH, responsesAsChat, responsesReply } from './responses-api';
 import { Endpoint, generate } from './generation';
 import { parseJson, readBody } from './http-body';
 import { resolveOptions, SimulatorSettings } from './options';
@@ -29,7 +30,7 @@ const COMPLETION_PATHS: Readonly<Record<string, Endpoint>> = {
   '/inference/v1/generate': 'generate',
 };
 const GET_PATHS = new Set(['/health', '/health/ready', '/v1/models']);
-const RENDER_PATHS = new Set(['/v1/chat/completions/render', '/v1/completions/render']);
+const RENDER_PATHS = new Set(['/v1/chat/completions/render', '/v1/completions/render', RESPONSES_RENDER_PATH]);
 
 const MAX_MODELS_SEEN = 64;
 const MAX_MODEL_CHARS = 256;
@@ -270,7 +271,7 @@ class SimulatorServer implements Simulator {
 
   private route(method: string, path: string, body: Buffer, json: unknown, requestId: string): Reply {
     const endpoint = COMPLETION_PATHS[path];
-    const known = endpoint !== undefined || RENDER_PATHS.has(path) || GET_PATHS.has(path);
+    const known = endpoint !== undefined || path === RESPONSES_PATH || RENDER_PATHS.has(path) || GET_PATHS.has(path);
     if (!known) throw new HttpError(404, `no route for ${path}`);
     if (GET_PATHS.has(path)) {
       if (method !== 'GET') throw new HttpError(405, `${method} not allowed on ${path}`);
@@ -281,6 +282,11 @@ class SimulatorServer implements Simulator {
     const request = requireObjectBody(json);
     if (path === '/v1/chat/completions/render') return jsonReply(200, renderChat(request, requestId));
     if (path === '/v1/completions/render') return jsonReply(200, renderCompletions(request, requestId));
+    if (path === RESPONSES_RENDER_PATH) return jsonReply(200, renderChat(responsesAsChat(request), requestId));
+    if (path === RESPONSES_PATH) {
+      this.noteModel(request.model);
+      return responsesReply(generate('chat', responsesAsChat(request), requestId, this.settings), requestId, this.settings);
+    }
     this.noteModel(request.model);
     const gen = generate(endpoint, request, requestId, this.settings);
     return completionReply(endpoint, gen, requestId, this.settings);

@@ -8,6 +8,7 @@ import { checkJsonDepth } from './json-depth';
 import { NOOP_PIPELINE_OBSERVER, type DecisionPath, type PipelineObserver, type RequestObservation } from './observer';
 import { sanitiseRequestId } from './request-id';
 import { isInferenceRequest, stripQuery } from './inference-request';
+import { RESPONSES_API_PATH, validateResponsesRequest } from './responses-request';
 import type { Route, Step } from './step';
 
 
@@ -228,6 +229,7 @@ class PipelineExchange extends BaseExchange {
     try {
       parsed = parseJsonBody(raw);
       checkJsonDepth(parsed.body);
+      if (this.path === RESPONSES_API_PATH) validateResponsesRequest(parsed.body);
     } catch (err) {
       return this.failure(err, 'parse', [], {});
     }

@@ -49,6 +49,9 @@ export function buildConditionalDecodeBody(ctx: RequestContext, format: WireForm
     case 'completions':
       if (tokenIds && tokenIds.length > 0) body['prompt'] = tokenIds;
       break;
+    case 'responses':
+      // §12.9: the client body unchanged.
+      break;
     case 'generate':
       // Also the shape of a chat request under use_openai_format=false (Q1): unchanged.
       break;

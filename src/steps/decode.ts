@@ -54,6 +54,10 @@ class DecodeStep implements Step {
         body['tokens'] = tokens;
         break;
       }
+      case 'responses':
+        // §12.9: the client body plus top-level KV params (and the image uuids set above).
+        if (kv) body['kv_transfer_params'] = kv;
+        break;
       case 'completions':
         if (kv) body['kv_transfer_params'] = kv;
         if (ctx.tokenIds && ctx.tokenIds.length > 0) body['prompt'] = ctx.tokenIds;

@@ -22,6 +22,7 @@ import {
   jsonTypeName,
   pathForFormat,
   resolveFormat,
+  responsesImageParts,
 } from './wire';
 import type { WireFormat } from './wire';
 
@@ -65,6 +66,14 @@ export function buildEncodeBody(ctx: RequestContext, entry: MultimodalEntry, for
   const tokenIds = encodeTokenIds(ctx.tokenIds, entry);
   const hashes = { [MODALITY_IMAGE]: [entry.hash ?? ''] };
   const placeholders = { [MODALITY_IMAGE]: [{ offset: 1, length: entry.placeholder?.length ?? 0 }] };
+  if (format === 'responses') {
+    // §12.9: the client's input_image part verbatim, as a one-part user input.
+    const found = imageUrls[entry.index];
+    const part = isJsonObject(found) ? found : { type: 'input_image', image_url: '' };
+    const body: JsonObject = { model: ctx.model, input: [{ role: 'user', content: [part] }] };
+    capSingleTokenOutput(body, format);
+    return body;
+  }
   if (format === 'chat') {
     // Only the image itself: no text, no client sampling fields, no client `uuid`.
     const found = imageUrls[entry.index];
@@ -113,7 +122,8 @@ class EncodeStep implements Step {
     }
     const format = resolveFormat(this.useOpenAIFormat, ctx.originalPath);
     const path = pathForFormat(format);
-    const imageUrls = format === 'chat' ? imageUrlObjects(ctx.body) : [];
+    const imageUrls =
+      format === 'chat' ? imageUrlObjects(ctx.body) : format === 'responses' ? responsesImageParts(ctx.body).filter((p) => typeof p['image_url'] === 'string') : [];
 
     const results = await this.fanOut(ctx, entries.length, (i, signal) =>
       this.encodeOne(ctx, i, buildEncodeBody(ctx, entries[i]!, format, imageUrls), path, signal),
