@@ -214,10 +214,12 @@ class SimulatorServer implements Simulator {
       return;
     }
     if (fault?.hang) return; // answered by nobody; the client or close() ends it
-    const reply =
+    let reply =
       fault?.status !== undefined
         ? faultReply(fault as FaultRule & { status: number })
         : this.gatedRoute(req, method, path, body, json, givenRequestId ?? randomUUID());
+    // Headers without a status decorate the normal answer (an EPP's response headers, say).
+    if (fault?.headers && fault.status === undefined) reply = { ...reply, headers: { ...reply.headers, ...fault.headers } };
     await this.send(res, reply, record, controller.signal, destroy, fault);
   }
 

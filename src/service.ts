@@ -5,6 +5,7 @@ import { startExtProcServer, type ExtProcServer } from './extproc/server';
 import { PooledSideCallClient, type SideCallClient } from './gateway/client';
 import { buildPipeline } from './pipeline/builder';
 import { PipelineHandler } from './pipeline/handler';
+import { parseForwardResponseHeaders } from './pipeline/response-headers';
 import { combineObservers } from './pipeline/observer';
 import { StepRegistry } from './pipeline/registry';
 import type { Route, Step, StepDeps } from './pipeline/step';
@@ -138,6 +139,7 @@ export async function startService(config: AppConfig, opts: ServiceOptions = {})
       routes,
       maxBodyBytes: config.server.maxRequestBodyBytes,
       log,
+      forwardResponseHeaders: parseForwardResponseHeaders(config.pipeline.forwardResponseHeaders),
       observer: combineObservers([metrics, tracing].filter((o) => o !== undefined)),
     });
     const health = new HealthService({ checks, dependencies, intervalMs: opts.readinessIntervalMs, log });

@@ -43,6 +43,11 @@ export interface AppConfig {
     readonly dpSize: number;
     /** `pipeline.kv_connector_params` (a map; empty or absent = undefined), validated by the KV connector. */
     readonly kvConnectorParams: Record<string, unknown> | undefined;
+    /**
+     * `pipeline.forward_response_headers` as written (`undefined` = absent). The pipeline validates
+     * the names when it is built (src/pipeline/response-headers.ts).
+     */
+    readonly forwardResponseHeaders: readonly unknown[] | undefined;
     readonly steps: readonly StepConfig[];
   };
   /** Unknown keys and inert upstream keys, to log at start-up. */
@@ -74,6 +79,7 @@ for (const spec of KEYS) {
 }
 KNOWN_SECTIONS['pipeline']!.add('steps');
 KNOWN_SECTIONS['pipeline']!.add('kv_connector_params');
+KNOWN_SECTIONS['pipeline']!.add('forward_response_headers');
 
 function isMap(v: unknown): v is Record<string, unknown> {
   return typeof v === 'object' && v !== null && !Array.isArray(v);
@@ -265,10 +271,19 @@ export function parseConfig(doc: unknown, env: NodeJS.ProcessEnv = process.env):
       useOpenaiFormat: get<boolean>('pipeline.use_openai_format'),
       dpSize: get<number>('pipeline.dp_size'),
       kvConnectorParams: parseKvConnectorParams(pipelineDoc['kv_connector_params']),
+      forwardResponseHeaders: parseList('pipeline.forward_response_headers', pipelineDoc['forward_response_headers']),
       steps: parseSteps(pipelineDoc['steps']),
     },
     warnings,
   };
+}
+
+/** A YAML list or nothing (a single string is a one-element list, as viper reads it). */
+function parseList(key: string, raw: unknown): readonly unknown[] | undefined {
+  if (raw === undefined || raw === null) return undefined;
+  if (typeof raw === 'string') return [raw];
+  if (!Array.isArray(raw)) throw new ConfigError(key, 'a list', raw);
+  return raw;
 }
 
 /** `pipeline.kv_connector_params`: a map or nothing; its keys are the connector's to judge. */

@@ -9,6 +9,7 @@ import { NOOP_PIPELINE_OBSERVER, type DecisionPath, type PipelineObserver, type 
 import { sanitiseRequestId } from './request-id';
 import { isInferenceRequest, stripQuery } from './inference-request';
 import { RESPONSES_API_PATH, validateResponsesRequest } from './responses-request';
+import { DEFAULT_FORWARD_RESPONSE_HEADERS } from './response-headers';
 import type { Route, Step } from './step';
 
 
@@ -20,6 +21,8 @@ export interface HandlerOptions {
   readonly log: Logger;
   /** Metrics and tracing hooks; default none. */
   readonly observer?: PipelineObserver;
+  /** `pipeline.forward_response_headers` (validated, lower-case); default upstream's `[x-llm-d-disagg-revision]`. */
+  readonly forwardResponseHeaders?: readonly string[];
 }
 
 const JSON_HEADERS = { 'content-type': 'application/json' } as const;
@@ -243,6 +246,7 @@ class PipelineExchange extends BaseExchange {
       signal: this.controller.signal,
       finished: this.done.signal,
       log: this.log,
+      relayResponseHeaders: this.opts.forwardResponseHeaders ?? DEFAULT_FORWARD_RESPONSE_HEADERS,
     }));
     this.observation.parsed(ctx, length);
     const outcome = await runPipeline(this.opts.steps, ctx, this.observation);
@@ -274,8 +278,8 @@ class PipelineExchange extends BaseExchange {
         try {
           return {
             kind: 'forward',
-            setHeaders: { ...ctx.stampedHeaders(), ...ctx.decode.headers },
-            removeHeaders: ctx.decode.removeHeaders ?? [],
+            setHeaders: { ...ctx.stampedHeaders(), ...ctx.relayedHeaders(), ...ctx.decode.headers },
+            removeHeaders: [...(ctx.decode.removeHeaders ?? []), ...ctx.discardedClientHeaders()],
             body: forwardBody(ctx.serialize(ctx.body)),
             metadata: this.metadata('cascade', outcome.timings, facts),
           };

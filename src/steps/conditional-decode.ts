@@ -7,6 +7,7 @@
  */
 import type { JsonObject, RequestContext } from '../pipeline/context';
 import { HOP_BY_HOP_HEADERS } from '../pipeline/hop-by-hop';
+import { INTERNAL_RESPONSE_HEADERS } from '../pipeline/response-headers';
 import { ParamReader } from '../pipeline/params';
 import type { Step, StepDeps, StepFactory, StepOutcome, StepParams } from '../pipeline/step';
 import type { SideCallClient, StreamingSideCallResponse } from '../gateway/client';
@@ -28,7 +29,8 @@ const MISS_BODY_DRAIN_MS = 1000;
 
 // Never relayed to the client: connection-level headers of the side call (as Go's reverse proxy
 // strips them) and framing, which Envoy redoes for the local reply.
-const HOP_BY_HOP: ReadonlySet<string> = new Set([...HOP_BY_HOP_HEADERS, 'content-length']);
+// Internal headers (x-peer-topology, epp-profile) are the EPPs' and ours, never the client's (PR #2365).
+const HOP_BY_HOP: ReadonlySet<string> = new Set([...HOP_BY_HOP_HEADERS, 'content-length', ...INTERNAL_RESPONSE_HEADERS]);
 
 /** The probe body in the resolved format (§3.3). A shallow copy: the client body is not touched. */
 export function buildConditionalDecodeBody(ctx: RequestContext, format: WireFormat): JsonObject {

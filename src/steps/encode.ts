@@ -125,9 +125,12 @@ class EncodeStep implements Step {
     const imageUrls =
       format === 'chat' ? imageUrlObjects(ctx.body) : format === 'responses' ? responsesImageParts(ctx.body).filter((p) => typeof p['image_url'] === 'string') : [];
 
+    const answerHeaders: Array<Record<string, string>> = [];
     const results = await this.fanOut(ctx, entries.length, (i, signal) =>
-      this.encodeOne(ctx, i, buildEncodeBody(ctx, entries[i]!, format, imageUrls), path, signal),
+      this.encodeOne(ctx, i, buildEncodeBody(ctx, entries[i]!, format, imageUrls), path, signal, answerHeaders),
     );
+    // Relayed headers (forward_response_headers): the value most encode answers agree on.
+    ctx.captureFanOutHeaders(answerHeaders);
     // Merged only once every image is encoded, in entry order, so a failure publishes nothing.
     for (const r of results) this.ec.mergeEncodeResponse(ctx, r);
     ctx.log.info({ step: ENCODE_STEP, count: results.length }, 'all sub-requests complete');
@@ -159,7 +162,14 @@ class EncodeStep implements Step {
     return results;
   }
 
-  private async encodeOne(ctx: RequestContext, i: number, body: JsonObject, path: string, signal: AbortSignal): Promise<Record<string, unknown> | null> {
+  private async encodeOne(
+    ctx: RequestContext,
+    i: number,
+    body: JsonObject,
+    path: string,
+    signal: AbortSignal,
+    answerHeaders: Array<Record<string, string>>,
+  ): Promise<Record<string, unknown> | null> {
     const step = `${ENCODE_STEP}[${i}]`;
     const headers = gatewayLegHeaders(ctx.forwardedHeaders(), ctx.requestId, 'encode');
     ctx.log.debug({ step: ENCODE_STEP, index: i, path }, 'sending sub-request');
@@ -173,6 +183,7 @@ class EncodeStep implements Step {
       okStatuses: [200],
     });
     if (res.status !== 200) throw new UpstreamError(step, res.status, res.body.toString('utf8'));
+    answerHeaders.push(res.headers);
     let answer: unknown;
     try {
       answer = decodeFirstJsonValue(res.body);

@@ -97,6 +97,8 @@ class PrefillStep implements Step {
     }
     ctx.kvTransferParams = coerceParamsMap(answer?.['kv_transfer_params'], 'kv_transfer_params', ctx.log);
     ctx.disaggregation = 'disaggregated';
+    ctx.captureResponseHeaders(res.headers);
+    ctx.capturePeerTopology(res.headers);
     // Stamped headers ride on the request Envoy finally forwards, so decode gets them too.
     for (const [name, value] of Object.entries(this.kv.decodeHeaders?.(ctx) ?? {})) ctx.stampHeader(name, value);
     ctx.log.debug({ step: PREFILL_STEP }, 'complete');

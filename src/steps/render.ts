@@ -164,6 +164,7 @@ class RenderStep implements Step {
       okStatuses: [200],
     });
     if (res.status !== 200) throw new UpstreamError(RENDER_STEP, res.status, res.body.toString('utf8'));
+    ctx.captureResponseHeaders(res.headers);
     return res.body;
   }
 
