@@ -10,6 +10,8 @@ import { sanitiseRequestId } from './request-id';
 import { isInferenceRequest, stripQuery } from './inference-request';
 import { RESPONSES_API_PATH, validateResponsesRequest } from './responses-request';
 import { DEFAULT_FORWARD_RESPONSE_HEADERS } from './response-headers';
+import { goDuration } from './go-duration';
+import { redactBody, redactHeaders } from '../gateway/redact';
 import type { Route, Step } from './step';
 
 
@@ -36,6 +38,14 @@ function timingMetadata(timings: readonly StepTiming[]): Metadata {
   const stepMs: Record<string, number> = {};
   for (const t of timings) stepMs[t.step] = round((stepMs[t.step] ?? 0) + t.ms);
   return { step_ms: stepMs, steps: timings.map((t) => `${t.step}:${round(t.ms)}`).join(',') };
+}
+
+/** Upstream's `pipeline step timings` fields: `parse` and each step, as Go duration strings. */
+function stepTimings(parseMs: number, timings: readonly StepTiming[]): Record<string, string> {
+  const out: Record<string, string> = {};
+  if (parseMs > 0) out['parse'] = goDuration(parseMs);
+  for (const t of timings) out[t.step] = goDuration(t.ms);
+  return out;
 }
 
 /** One part is sent as one buffer (every small body); several are kept apart, never concatenated. */
@@ -225,6 +235,21 @@ class PipelineExchange extends BaseExchange {
     });
   }
 
+  /**
+   * The decode leg as upstream's decode proxy logs it: at debug the headers it goes out with, at
+   * trace also the redacted body. Envoy sends it, so this is the last the service sees of it.
+   */
+  private logDecodeRequest(ctx: RequestContext, set: Record<string, string>, remove: readonly string[], parts: Buffer[]): void {
+    const headers: Record<string, string> = { ...ctx.headers };
+    for (const name of remove) delete headers[name];
+    Object.assign(headers, set);
+    let bodyLen = 0;
+    for (const p of parts) bodyLen += p.length;
+    const redacted = redactHeaders(headers);
+    this.log.debug({ method: 'POST', path: ctx.originalPath, bodyLen, headers: redacted }, 'request body');
+    if (this.log.isLevelEnabled('trace')) this.log.trace({ method: 'POST', path: ctx.originalPath, headers: redacted, body: redactBody(parts) }, 'request body');
+  }
+
   private async decide(raw: readonly Buffer[], length: number): Promise<Decision> {
     const parseStart = performance.now();
     // Parsed once; anything but a JSON object is a 400, as upstream.
@@ -251,6 +276,7 @@ class PipelineExchange extends BaseExchange {
     this.observation.parsed(ctx, length);
     const outcome = await runPipeline(this.opts.steps, ctx, this.observation);
     this.timings = outcome.timings;
+    if (this.log.isLevelEnabled('info')) this.log.info(stepTimings(parseMs, outcome.timings), 'pipeline step timings');
     const facts: Metadata = {
       parse_ms: round(parseMs),
       token_count: ctx.tokenIds?.length ?? 0,
@@ -276,11 +302,15 @@ class PipelineExchange extends BaseExchange {
           return { kind: 'forward', setHeaders: { ...ctx.stampedHeaders() }, removeHeaders: [], body: null, metadata: this.metadata('passthrough', outcome.timings, facts) };
         }
         try {
+          const setHeaders = { ...ctx.stampedHeaders(), ...ctx.relayedHeaders(), ...ctx.decode.headers };
+          const removeHeaders = [...(ctx.decode.removeHeaders ?? []), ...ctx.discardedClientHeaders()];
+          const parts = ctx.serialize(ctx.body);
+          if (this.log.isLevelEnabled('debug')) this.logDecodeRequest(ctx, setHeaders, removeHeaders, parts);
           return {
             kind: 'forward',
-            setHeaders: { ...ctx.stampedHeaders(), ...ctx.relayedHeaders(), ...ctx.decode.headers },
-            removeHeaders: [...(ctx.decode.removeHeaders ?? []), ...ctx.discardedClientHeaders()],
-            body: forwardBody(ctx.serialize(ctx.body)),
+            setHeaders,
+            removeHeaders,
+            body: forwardBody(parts),
             metadata: this.metadata('cascade', outcome.timings, facts),
           };
         } catch (err) {

@@ -120,6 +120,7 @@ class ConditionalDecodeStep implements Step {
       step: CONDITIONAL_DECODE_STEP,
       signal: ctx.signal,
       headersTimeoutMs: this.headersTimeoutMs,
+      log: ctx.log,
     });
     if (res.status === STATUS_PRECONDITION_FAILED) {
       await discardMiss(res);

@@ -11,6 +11,7 @@ import type { SideCallClient } from '../gateway/client';
 import type { EcConnector } from '../connectors/ec';
 import { buildEcConnector } from '../connectors/ec';
 import { requireGateway } from './gateway-required';
+import { redactHeaders } from '../gateway/redact';
 import {
   GENERATE_PATH,
   MODALITY_IMAGE,
@@ -23,6 +24,7 @@ import {
   pathForFormat,
   resolveFormat,
   responsesImageParts,
+  byteLength,
 } from './wire';
 import type { WireFormat } from './wire';
 
@@ -172,8 +174,11 @@ class EncodeStep implements Step {
   ): Promise<Record<string, unknown> | null> {
     const step = `${ENCODE_STEP}[${i}]`;
     const headers = gatewayLegHeaders(ctx.forwardedHeaders(), ctx.requestId, 'encode');
-    ctx.log.debug({ step: ENCODE_STEP, index: i, path }, 'sending sub-request');
-    const res = await this.gateway.post(path, headers, ctx.serialize(body), {
+    const bytes = ctx.serialize(body);
+    if (ctx.log.isLevelEnabled('debug')) {
+      ctx.log.debug({ step: ENCODE_STEP, index: i, method: 'POST', path, bodyLen: byteLength(bytes), headers: redactHeaders(headers) }, 'sub-request body');
+    }
+    const res = await this.gateway.post(path, headers, bytes, {
       step,
       signal,
       headersTimeoutMs: this.headersTimeoutMs,
@@ -181,6 +186,7 @@ class EncodeStep implements Step {
       // body after them must not hold the request until the client leaves. Same bound as prefill.
       totalTimeoutMs: this.headersTimeoutMs > 0 ? 2 * this.headersTimeoutMs : 0,
       okStatuses: [200],
+      log: ctx.log,
     });
     if (res.status !== 200) throw new UpstreamError(step, res.status, res.body.toString('utf8'));
     answerHeaders.push(res.headers);

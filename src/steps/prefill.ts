@@ -13,6 +13,8 @@ import type { EcConnector } from '../connectors/ec';
 import { buildEcConnector } from '../connectors/ec';
 import { requireGateway } from './gateway-required';
 import { isNoPrefillEndpointAnswer } from './no-endpoint';
+import { redactHeaders } from '../gateway/redact';
+import { byteLength } from './wire';
 import { buildPrefillBody, coerceParamsMap, decodeFirstJsonValue, gatewayLegHeaders, isJsonObject, jsonTypeName, pathForFormat, resolveFormat } from './wire';
 
 export const PREFILL_STEP = 'prefill';
@@ -75,6 +77,9 @@ class PrefillStep implements Step {
     const path = pathForFormat(format);
     const headers = gatewayLegHeaders(ctx.forwardedHeaders(), ctx.requestId, 'prefill');
     Object.assign(headers, this.kv.prefillHeaders?.(ctx));
+    if (ctx.log.isLevelEnabled('debug')) {
+      ctx.log.debug({ step: PREFILL_STEP, method: 'POST', path, bodyLen: byteLength(body), headers: redactHeaders(headers) }, 'request body');
+    }
 
     const res = await this.send(ctx, path, headers, body);
     // Only a complete error answer from the EPP itself: prefill is never streamed, and nothing
@@ -128,6 +133,7 @@ class PrefillStep implements Step {
           // must not hold the request forever either.
           totalTimeoutMs: this.headersTimeoutMs > 0 ? 2 * this.headersTimeoutMs : 0,
           okStatuses: [200],
+          log: ctx.log,
         });
       } catch (error) {
         if (attempt >= this.retries || ctx.signal.aborted || !retryable({ error })) throw error;

@@ -162,6 +162,7 @@ class RenderStep implements Step {
       signal: ctx.signal,
       totalTimeoutMs: this.cfg.timeoutMs,
       okStatuses: [200],
+      log: ctx.log,
     });
     if (res.status !== 200) throw new UpstreamError(RENDER_STEP, res.status, res.body.toString('utf8'));
     ctx.captureResponseHeaders(res.headers);
