@@ -82,7 +82,7 @@ function named(check: () => Promise<boolean>, name: string): ReadinessCheck {
 export async function startService(config: AppConfig, opts: ServiceOptions = {}): Promise<RunningService> {
   const log = opts.log ?? createLogger(config.logLevel);
   // Certificates first: a bad file should stop start-up before anything connects anywhere.
-  const tls = serverCredentials(config.server.tls);
+  const tls = serverCredentials(config.server.tls, { log });
   const metrics = config.server.metricsAddr ? new CoordinatorMetrics() : undefined;
   const tracing = config.tracing ? new Tracing({ log, exporter: opts.spanExporter, sampler: opts.spanSampler }) : undefined;
   const sideCallObserver = combineSideCallObservers([metrics?.sideCalls, tracing?.sideCalls]);
@@ -93,6 +93,7 @@ export async function startService(config: AppConfig, opts: ServiceOptions = {})
     cleanups.length = 0;
   };
 
+  cleanups.push(async () => tls.close());
   try {
     if (tracing) cleanups.push(() => tracing.shutdown());
     const clients: SideCallClient[] = [];
@@ -173,6 +174,7 @@ export async function startService(config: AppConfig, opts: ServiceOptions = {})
         port: server.port,
         address: config.server.listenAddr,
         tls: config.server.tls ? (tls.mutual ? 'mtls' : 'tls') : 'off',
+        tls_certificate: tls.mode,
         metrics_port: metricsServer?.port ?? null,
         tracing: config.tracing,
         steps: config.pipeline.steps.map((s) => s.type),

@@ -3,6 +3,7 @@ import yaml from 'js-yaml';
 import { ConfigError } from './errors';
 import { parseDuration } from './duration';
 import { KEYS, type KeySpec } from './schema';
+import { parseCipherSuites, parseTlsMinVersion, type TlsVersion } from './tls-profile';
 
 export interface StepConfig {
   readonly type: string;
@@ -61,10 +62,19 @@ export interface ListenAddress {
 }
 
 export interface TlsFiles {
+  /** Empty for a self-signed certificate made at start-up. */
   readonly certFile: string;
   readonly keyFile: string;
   /** Set: client certificates are required and verified against it (mTLS). */
   readonly clientCaFile: string | undefined;
+  /** No certificate configured and `secure_serving: true`: one is made at start-up. */
+  readonly selfSigned?: boolean;
+  /** The config key the files came from (`server.cert_path` or `server.tls_cert_file`), for messages. */
+  readonly source?: string;
+  /** `server.tls_min_version`; absent = TLS 1.2. */
+  readonly minVersion?: TlsVersion;
+  /** `server.tls_cipher_suites` as an OpenSSL list; absent = Node's defaults. */
+  readonly ciphers?: string;
 }
 
 const MIB = 1024 * 1024;
@@ -137,6 +147,11 @@ function checkValue(spec: KeySpec, v: unknown, where: string): number | boolean 
     case 'string':
       if (typeof v !== 'string') throw new ConfigError(where, 'a string', v);
       return v;
+    case 'list':
+      // Kept as one comma-separated string, the form the environment gives too.
+      if (typeof v === 'string') return v;
+      if (!Array.isArray(v) || v.some((x) => typeof x !== 'string')) throw new ConfigError(where, 'a list of strings', v);
+      return v.join(',');
   }
 }
 
@@ -170,16 +185,46 @@ function parseMetricsAddr(text: string): ListenAddress | null {
   return addr;
 }
 
-/** Files are checked when the service starts (src/observability/tls.ts); here only which keys go together. */
-function parseTls(cert: string | undefined, key: string | undefined, ca: string | undefined): TlsFiles | null {
+interface TlsKeys {
+  readonly cert: string | undefined;
+  readonly key: string | undefined;
+  readonly ca: string | undefined;
+  readonly certPath: string | undefined;
+  /** `server.secure_serving`, else its alias `server.secure_coordinator`; undefined = unset. */
+  readonly secure: boolean | undefined;
+  readonly minVersion: string | undefined;
+  readonly ciphers: string | undefined;
+}
+
+/** Files are checked when the service starts (src/server-tls.ts); here only which keys go together. */
+function parseTls(k: TlsKeys, warnings: string[]): TlsFiles | null {
   const set = (v: string | undefined): v is string => v !== undefined && v.trim() !== '';
-  if (!set(cert) && !set(key)) {
-    if (set(ca)) throw new ConfigError('server.tls_client_ca_file', 'server.tls_cert_file and server.tls_key_file to be set too (mTLS needs a server certificate)', ca);
+  const profile = { minVersion: parseTlsMinVersion(k.minVersion), ciphers: parseCipherSuites(k.ciphers) };
+  const anyCert = set(k.cert) || set(k.key) || set(k.certPath);
+  if (k.secure === false) {
+    // An upstream file that turns TLS off loads as it does there, certificate keys or not.
+    if (anyCert || set(k.ca)) warnings.push('server.secure_serving is false: the TLS certificate keys are ignored');
     return null;
   }
-  if (!set(cert)) throw new ConfigError('server.tls_cert_file', 'a PEM certificate file (server.tls_key_file is set)', cert ?? '');
-  if (!set(key)) throw new ConfigError('server.tls_key_file', 'a PEM private key file (server.tls_cert_file is set)', key ?? '');
-  return { certFile: cert, keyFile: key, clientCaFile: set(ca) ? ca : undefined };
+  if (set(k.certPath)) {
+    if (set(k.cert) || set(k.key)) throw new ConfigError('server.cert_path', 'either server.cert_path or server.tls_cert_file/server.tls_key_file, not both', k.certPath);
+    const dir = k.certPath.replace(/\/+$/, '');
+    return { certFile: `${dir}/tls.crt`, keyFile: `${dir}/tls.key`, clientCaFile: set(k.ca) ? k.ca : undefined, source: 'server.cert_path', ...profile };
+  }
+  if (!set(k.cert) && !set(k.key)) {
+    if (k.secure === true) return { certFile: '', keyFile: '', clientCaFile: set(k.ca) ? k.ca : undefined, selfSigned: true, ...profile };
+    if (set(k.ca)) throw new ConfigError('server.tls_client_ca_file', 'server.tls_cert_file and server.tls_key_file to be set too (mTLS needs a server certificate)', k.ca);
+    return null;
+  }
+  if (!set(k.cert)) throw new ConfigError('server.tls_cert_file', 'a PEM certificate file (server.tls_key_file is set)', k.cert ?? '');
+  if (!set(k.key)) throw new ConfigError('server.tls_key_file', 'a PEM private key file (server.tls_cert_file is set)', k.key ?? '');
+  const files: TlsFiles = { certFile: k.cert, keyFile: k.key, clientCaFile: set(k.ca) ? k.ca : undefined };
+  // Only non-default profile fields are added, so a plain file pair reads as before.
+  return {
+    ...files,
+    ...(profile.minVersion !== 'TLSv1.2' ? { minVersion: profile.minVersion } : {}),
+    ...(profile.ciphers !== undefined ? { ciphers: profile.ciphers } : {}),
+  };
 }
 
 /**
@@ -257,7 +302,18 @@ export function parseConfig(doc: unknown, env: NodeJS.ProcessEnv = process.env):
       streamedResponses: get<boolean>('server.streamed_responses'),
       streamIdleTimeoutMs: streamIdleMs,
       maxRequestHeaders,
-      tls: parseTls(get<string | undefined>('server.tls_cert_file'), get<string | undefined>('server.tls_key_file'), get<string | undefined>('server.tls_client_ca_file')),
+      tls: parseTls(
+        {
+          cert: get<string | undefined>('server.tls_cert_file'),
+          key: get<string | undefined>('server.tls_key_file'),
+          ca: get<string | undefined>('server.tls_client_ca_file'),
+          certPath: get<string | undefined>('server.cert_path'),
+          secure: get<boolean | undefined>('server.secure_serving') ?? get<boolean | undefined>('server.secure_coordinator'),
+          minVersion: get<string>('server.tls_min_version'),
+          ciphers: get<string>('server.tls_cipher_suites'),
+        },
+        warnings,
+      ),
     },
     gateway: {
       address,

@@ -3,7 +3,7 @@
  * the environment overrides and the generated configuration reference all read this table.
  */
 
-export type KeyType = 'int' | 'bool' | 'string' | 'duration' | 'enum';
+export type KeyType = 'int' | 'bool' | 'string' | 'duration' | 'enum' | 'list';
 
 export interface KeySpec {
   readonly key: string;
@@ -29,9 +29,14 @@ export const KEYS: readonly KeySpec[] = [
   { key: 'server.stream_idle_timeout', type: 'duration', default: '600s', doc: 'An ext_proc stream on which Envoy still owes the request (headers or body) but sends nothing for this long is ended (gRPC DEADLINE_EXCEEDED; Envoy, if still listening, answers its 500) and its work aborted: it releases streams whose reset never reached the service. Time spent in our own pipeline or relaying a response does not count. In buffered mode the wait covers the client\'s whole upload. Match Envoy\'s `stream_idle_timeout`. `0` = off; otherwise 100ms to 24h.' },
   { key: 'server.max_request_headers', type: 'int', default: 85, min: 0, doc: 'Must equal the public listener\'s `common_http_protocol_options.max_headers_count` (Envoy\'s request header-count limit, 85 in envoy/; Envoy\'s default is 100). Envoy checks our header mutation of a request against it again, counting pseudo-headers and the headers it added itself, and answers a bare 500 when we push it over; so an inference request with no room left for the headers we may set gets our 431 JSON at once, before any side call. Lower than Envoy\'s is safe (some early 431s); higher reopens the 500. `0` = no check; at most 65535.' },
   { key: 'server.metrics_addr', type: 'string', default: ':9464', doc: 'Prometheus `/metrics` listener, `host:port` (`:port` = all interfaces). `""` or `off` disables it.' },
-  { key: 'server.tls_cert_file', type: 'string', default: undefined, doc: 'PEM certificate chain of the gRPC listener. Set together with `server.tls_key_file` to serve TLS; unset = plaintext h2c.' },
+  { key: 'server.tls_cert_file', type: 'string', default: undefined, doc: 'PEM certificate chain of the gRPC listener. Set together with `server.tls_key_file` to serve TLS; unset = plaintext h2c. Reloaded when the file changes, like `server.cert_path`.' },
   { key: 'server.tls_key_file', type: 'string', default: undefined, doc: 'PEM private key matching `server.tls_cert_file`.' },
   { key: 'server.tls_client_ca_file', type: 'string', default: undefined, doc: 'PEM CA bundle for client certificates. When set, the listener requires and verifies a client certificate (mTLS). Needs `server.tls_cert_file`.' },
+  { key: 'server.secure_serving', type: 'bool', default: undefined, doc: 'Serve the gRPC listener over TLS (upstream key and env `COORDINATOR_SERVER_SECURE_SERVING`). Unset: TLS when a certificate is configured (`server.cert_path` or `server.tls_cert_file`), plaintext h2c otherwise, so the plaintext Envoy cluster in envoy/ keeps working; upstream defaults to `true`. `true` without a certificate serves a self-signed one (subject `O=llm-d`, no SANs: clients must skip verification). `false` serves plaintext and ignores the certificate keys, with a warning.' },
+  { key: 'server.secure_coordinator', type: 'bool', default: undefined, doc: 'Upstream\'s earlier name of `server.secure_serving` (PR #2805), accepted as an alias; `secure_serving` wins when both are set.' },
+  { key: 'server.cert_path', type: 'string', default: undefined, doc: 'Directory holding `tls.crt` and `tls.key` (upstream\'s key; a Kubernetes TLS Secret mounted as a volume). Loaded at start-up and reloaded when the files change, without restart: new connections get the new certificate, open streams keep theirs. Not together with `server.tls_cert_file`.' },
+  { key: 'server.tls_min_version', type: 'string', default: '', doc: 'Lowest TLS version: `VersionTLS10` … `VersionTLS13` (Go names, as upstream). Empty = TLS 1.2.' },
+  { key: 'server.tls_cipher_suites', type: 'list', default: '', doc: 'TLS 1.2 cipher suites by their Go names (a YAML list, or comma-separated), e.g. `TLS_ECDHE_ECDSA_WITH_AES_128_GCM_SHA256`; TLS 1.3 suites are accepted and ignored, as in Go. Empty = Node\'s defaults. An unknown name stops start-up.' },
   { key: 'server.read_timeout', type: 'duration', default: '30s', inert: true, doc: 'Upstream HTTP listener setting; accepted, no effect (Envoy owns client connections).' },
   { key: 'server.write_timeout', type: 'duration', default: '120s', inert: true, doc: 'Upstream HTTP listener setting; accepted, no effect (Envoy owns client connections).' },
   { key: 'gateway.address', type: 'string', default: undefined, doc: 'Base URL of the Inference Gateway listener that side calls re-enter (e.g. `http://127.0.0.1:8081`). Required when a gateway-facing step is configured.' },
