@@ -196,6 +196,19 @@ interface TlsKeys {
   readonly ciphers: string | undefined;
 }
 
+/**
+ * `server.metrics_addr` with upstream's `server.metrics_port` applied: the port replaces the
+ * address's (whose host stays when the address was given explicitly, else all interfaces, as
+ * upstream listens); `<= 0` disables, as upstream.
+ */
+function metricsAddress(addrText: string, port: number | undefined, addrGiven: boolean): ListenAddress | null {
+  const addr = parseMetricsAddr(addrText);
+  if (port === undefined) return addr;
+  if (port <= 0) return null;
+  if (port > 65535) throw new ConfigError('server.metrics_port', 'a port from 1 to 65535 (or <= 0 to disable)', port);
+  return { host: addrGiven ? addr?.host : undefined, port };
+}
+
 /** Files are checked when the service starts (src/server-tls.ts); here only which keys go together. */
 function parseTls(k: TlsKeys, warnings: string[]): TlsFiles | null {
   const set = (v: string | undefined): v is string => v !== undefined && v.trim() !== '';
@@ -232,10 +245,11 @@ function parseTls(k: TlsKeys, warnings: string[]): TlsFiles | null {
  * (`COORDINATOR_<KEY>`) win over the file, for every scalar key. Step params cannot be set from the
  * environment (they live in a list), as upstream.
  */
-export function parseConfig(doc: unknown, env: NodeJS.ProcessEnv = process.env): AppConfig {
-  if (doc === undefined || doc === null) doc = {};
-  if (!isMap(doc)) throw new ConfigError('(top level)', 'a map of sections (server, gateway, pipeline, ...)', doc);
+export function parseConfig(input: unknown, env: NodeJS.ProcessEnv = process.env): AppConfig {
+  if (input === undefined || input === null) input = {};
+  if (!isMap(input)) throw new ConfigError('(top level)', 'a map of sections (server, gateway, pipeline, ...)', input);
   const warnings: string[] = [];
+  const doc = lowerCaseKeys(input, warnings);
   for (const [section, value] of Object.entries(doc)) {
     if (TOP_LEVEL_KEYS.has(section)) continue;
     const known = KNOWN_SECTIONS[section];
@@ -261,6 +275,9 @@ export function parseConfig(doc: unknown, env: NodeJS.ProcessEnv = process.env):
       values.set(spec.key, spec.default === undefined ? undefined : checkValue(spec, spec.default, spec.key));
       continue;
     }
+    // A quoted number or boolean in the file loads as upstream's loader reads it (Helm templates
+    // quote freely); durations stay strict: a bare `60` is an error here, never 60 ns.
+    if (envText === undefined && typeof raw === 'string' && (spec.type === 'int' || spec.type === 'bool')) raw = fromEnv(spec, raw);
     if (spec.inert) warnings.push(`${spec.key} has no effect in the ext_proc service (Envoy owns client connections)`);
     values.set(spec.key, checkValue(spec, raw, where));
   }
@@ -298,7 +315,7 @@ export function parseConfig(doc: unknown, env: NodeJS.ProcessEnv = process.env):
       bodyMode: get<'auto' | 'full_duplex' | 'buffered'>('server.body_mode'),
       metadataNamespace: get<string>('server.metadata_namespace'),
       shutdownTimeoutMs: get<number>('server.shutdown_timeout'),
-      metricsAddr: parseMetricsAddr(get<string>('server.metrics_addr')),
+      metricsAddr: metricsAddress(get<string>('server.metrics_addr'), get<number | undefined>('server.metrics_port'), lookup(doc, 'server.metrics_addr') !== undefined || env[envName('server.metrics_addr')] !== undefined),
       streamedResponses: get<boolean>('server.streamed_responses'),
       streamIdleTimeoutMs: streamIdleMs,
       maxRequestHeaders,
@@ -332,6 +349,33 @@ export function parseConfig(doc: unknown, env: NodeJS.ProcessEnv = process.env):
     },
     warnings,
   };
+}
+
+/**
+ * Upstream's loader (viper) matches keys case-insensitively, so `Server:` or `Log_Level:` work
+ * there. Section keys, scalar keys and each step's own param keys are lower-cased here too (a
+ * warning names each), so such a file loads the same; two spellings of one key are an error.
+ */
+function lowerCaseKeys(doc: Record<string, unknown>, warnings: string[]): Record<string, unknown> {
+  const lower = (m: Record<string, unknown>, where: string, depth: number): Record<string, unknown> => {
+    const out: Record<string, unknown> = {};
+    for (const [k, v] of Object.entries(m)) {
+      const key = k.toLowerCase();
+      const path = where ? `${where}.${key}` : key;
+      if (key in out) throw new ConfigError(path, 'one spelling of the key (keys are case-insensitive, as upstream)', k);
+      if (key !== k) warnings.push(`key "${where ? `${where}.` : ''}${k}" read as "${path}" (keys are case-insensitive, as upstream)`);
+      out[key] = depth > 0 && isMap(v) ? lower(v, path, depth - 1) : v;
+    }
+    if (where === 'pipeline' && Array.isArray(out['steps'])) {
+      out['steps'] = (out['steps'] as unknown[]).map((step, i) => {
+        if (!isMap(step)) return step;
+        const s = lower(step, `pipeline.steps[${i}]`, 0);
+        return isMap(s['params']) ? { ...s, params: lower(s['params'], `pipeline.steps[${i}].params`, 0) } : s;
+      });
+    }
+    return out;
+  };
+  return lower(doc, '', 1);
 }
 
 /** A YAML list or nothing (a single string is a one-element list, as viper reads it). */
