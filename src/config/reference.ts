@@ -69,7 +69,7 @@ export const STEPS: readonly StepSpec[] = [
   },
   {
     type: 'render',
-    doc: 'Tokenizes once: chat and completions-string prompts go to the render service, called directly (not through the gateway).',
+    doc: 'Tokenizes once: chat, Responses (`/v1/responses/render`) and completions-string prompts go to the render service, called directly (not through the gateway).',
     params: [
       { name: 'address', type: 'string (URL)', default: '""', doc: 'Base URL of the render service. Needed for chat and string prompts; an empty address fails those requests with 502.' },
       { name: 'timeout', type: 'duration', default: '30s', doc: 'Total time per render call.' },
@@ -266,8 +266,8 @@ export function renderConfigurationReference(keys: readonly KeySpec[] = KEYS, st
     'decode request, and a client\'s value is dropped. What Envoy does for us: the decode answer',
     'streams to the client through Envoy and never through the service, so its headers pass untouched;',
     'only the internal `x-peer-topology` and `epp-profile` are removed there, by Envoy\'s header',
-    'mutation (`envoy/`) or the route\'s `ResponseHeaderModifier` (`config/k8s/`) (PR #2365). The answers',
-    'the service relays itself (a conditional-decode hit, step routes) are stripped by the service.',
+    'mutation (`envoy/`) or the route\'s `ResponseHeaderModifier` (`config/k8s/`) (PR #2365). A worker',
+    'answer the service relays itself (a conditional-decode hit) is stripped by the service.',
     '',
     '### `pipeline.kv_connector_params`',
     '',
