@@ -302,17 +302,16 @@ class PipelineExchange extends BaseExchange {
           return { kind: 'forward', setHeaders: { ...ctx.stampedHeaders() }, removeHeaders: [], body: null, metadata: this.metadata('passthrough', outcome.timings, facts) };
         }
         try {
-          const setHeaders = { ...ctx.stampedHeaders(), ...ctx.relayedHeaders(), ...ctx.decode.headers };
-          const removeHeaders = [...(ctx.decode.removeHeaders ?? []), ...ctx.discardedClientHeaders()];
           const parts = ctx.serialize(ctx.body);
-          if (this.log.isLevelEnabled('debug')) this.logDecodeRequest(ctx, setHeaders, removeHeaders, parts);
-          return {
+          const decision: Decision = {
             kind: 'forward',
-            setHeaders,
-            removeHeaders,
+            setHeaders: { ...ctx.stampedHeaders(), ...ctx.relayedHeaders(), ...ctx.decode.headers },
+            removeHeaders: [...(ctx.decode.removeHeaders ?? []), ...ctx.discardedClientHeaders()],
             body: forwardBody(parts),
             metadata: this.metadata('cascade', outcome.timings, facts),
           };
+          if (this.log.isLevelEnabled('debug')) this.logDecodeRequest(ctx, decision.setHeaders, decision.removeHeaders, parts);
+          return decision;
         } catch (err) {
           return this.failure(err, 'decode', outcome.timings, facts);
         }

@@ -5,6 +5,7 @@
  */
 import { ConfigError } from '../config/errors';
 import { HOP_BY_HOP_HEADERS } from './hop-by-hop';
+import { MAX_FORWARD_RESPONSE_HEADERS } from './forward-headers';
 
 /** Upstream's default when `pipeline.forward_response_headers` is absent. */
 export const DEFAULT_FORWARD_RESPONSE_HEADERS: readonly string[] = ['x-llm-d-disagg-revision'];
@@ -42,6 +43,8 @@ const KEY = 'pipeline.forward_response_headers';
 export function parseForwardResponseHeaders(raw: unknown): string[] {
   if (raw === undefined || raw === null) return [...DEFAULT_FORWARD_RESPONSE_HEADERS];
   if (!Array.isArray(raw)) throw new ConfigError(KEY, 'a list of header names', raw);
+  // Each may add a header to the decode request; the header budget reserves room for this many.
+  if (raw.length > MAX_FORWARD_RESPONSE_HEADERS) throw new ConfigError(KEY, `at most ${MAX_FORWARD_RESPONSE_HEADERS} header names`, raw.length);
   const seen = new Set<string>();
   raw.forEach((v, i) => {
     if (typeof v !== 'string') throw new ConfigError(`${KEY}[${i}]`, 'a header name', v);

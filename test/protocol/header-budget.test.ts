@@ -246,7 +246,7 @@ describe('every header the forward can add is counted', () => {
         'extproc/responses.ts extraSet content-length',
         'observability/tracing.ts stampHeader TRACEPARENT', // traceparent
         'pipeline/handler.ts setHeaders { ...ctx.stampedHeaders() }',
-        'pipeline/handler.ts setHeaders { ...ctx.stampedHeaders(), ...ctx.decode.headers }',
+        'pipeline/handler.ts setHeaders { ...ctx.stampedHeaders(), ...ctx.relayedHeaders(), ...ctx.decode.headers }', // relayed: FORWARD_CONFIGURABLE_HEADERS
         'steps/async-broker/step.ts stampHeader name', // clearHeader: only a header the client sent
         'steps/async-broker/step.ts stampHeader this.config.fairnessHeader', // configurable name
         'steps/async-broker/step.ts stampHeader this.config.objectiveHeader', // configurable name
