@@ -60,6 +60,11 @@ export interface LocalStackOptions {
   readonly conditionalDecode?: boolean;
   /** Params of the `prefill` step (e.g. `min_prompt_tokens`). Default none. */
   readonly prefillParams?: Record<string, unknown>;
+  /**
+   * The multimodal steps too (replace-media-urls before render, encode before prefill): what
+   * `npm run stack` runs. Default false, so the benchmarks keep measuring the text P/D cascade.
+   */
+  readonly multimodal?: boolean;
   /** Access-log flush interval. */
   readonly flushIntervalMs?: number;
   /** Write V8 CPU profiles of the coordinator (`--cpu-prof`) into this directory, for benchmarks. */
@@ -119,12 +124,41 @@ export async function checkPortsFree(ports: LocalStackPorts): Promise<void> {
   if (busy.length > 0) throw new PortsBusyError(busy);
 }
 
-export function coordinatorConfig(opts: Pick<LocalStackOptions, 'ports' | 'kvConnector' | 'logLevel' | 'conditionalDecode' | 'prefillParams'>): string {
-  const render = { type: 'render', params: { address: `http://127.0.0.1:${opts.ports.render}`, timeout: '30s' } };
-  // The async broker must run first; it is a no-op for requests without the X-AP-Mode header.
-  const asyncBroker = opts.ports.redis
-    ? [{ type: 'async-broker', params: { redis_url: `redis://127.0.0.1:${opts.ports.redis}/0`, wait_cap_seconds: 55 } }]
-    : [];
+/** A 1x1 PNG, inline: the image the stack's example request carries (no download needed). */
+const STACK_IMAGE_URI =
+  'data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mP8z8BQDwAEhQGAhKmMIQAAAABJRU5ErkJggg==';
+
+/** The multimodal request `npm run stack` prints and the README shows (a test keeps them equal). */
+export const STACK_IMAGE_REQUEST = JSON.stringify({
+  model: 'sim-model',
+  messages: [{ role: 'user', content: [{ type: 'text', text: 'What is in this image?' }, { type: 'image_url', image_url: { url: STACK_IMAGE_URI } }] }],
+});
+
+/**
+ * The stack's pipeline: the full E/P/D cascade. The async broker must run first (a no-op for
+ * requests without the X-AP-Mode header); conditional decode probes after render, before encode,
+ * so a hit skips encode and prefill.
+ */
+export function stackSteps(opts: {
+  renderUrl: string;
+  redisUrl?: string;
+  conditionalDecode?: boolean;
+  multimodal?: boolean;
+  prefillParams?: Record<string, unknown>;
+}): Array<{ type: string; params?: Record<string, unknown> }> {
+  const multimodal = opts.multimodal ?? true;
+  return [
+    ...(opts.redisUrl ? [{ type: 'async-broker', params: { redis_url: opts.redisUrl, wait_cap_seconds: 55 } }] : []),
+    ...(multimodal ? [{ type: 'replace-media-urls' }] : []),
+    { type: 'render', params: { address: opts.renderUrl, timeout: '30s' } },
+    ...(opts.conditionalDecode ? [{ type: 'conditional-decode' }] : []),
+    ...(multimodal ? [{ type: 'encode' }] : []),
+    opts.prefillParams ? { type: 'prefill', params: opts.prefillParams } : { type: 'prefill' },
+    { type: 'decode' },
+  ];
+}
+
+export function coordinatorConfig(opts: Pick<LocalStackOptions, 'ports' | 'kvConnector' | 'logLevel' | 'conditionalDecode' | 'multimodal' | 'prefillParams'>): string {
   const doc = {
     log_level: opts.logLevel ?? 2,
     server: {
@@ -137,7 +171,13 @@ export function coordinatorConfig(opts: Pick<LocalStackOptions, 'ports' | 'kvCon
     pipeline: {
       kv_connector: opts.kvConnector,
       use_openai_format: true,
-      steps: [...asyncBroker, render, ...(opts.conditionalDecode ? [{ type: 'conditional-decode' }] : []), opts.prefillParams ? { type: 'prefill', params: opts.prefillParams } : { type: 'prefill' }, { type: 'decode' }],
+      steps: stackSteps({
+        renderUrl: `http://127.0.0.1:${opts.ports.render}`,
+        redisUrl: opts.ports.redis ? `redis://127.0.0.1:${opts.ports.redis}/0` : undefined,
+        conditionalDecode: opts.conditionalDecode,
+        multimodal: opts.multimodal ?? false,
+        prefillParams: opts.prefillParams,
+      }),
     },
   };
   return `# Written by scripts/local-stack.ts for this run; edits are overwritten.\n${yaml.dump(doc, { lineWidth: 120 })}`;

@@ -7,7 +7,7 @@ import { join } from 'node:path';
 import { ensureEnvoy } from '../test/support/envoy';
 import { TestClient } from '../test/support/client';
 import { REPO_ROOT, type EnvoyBodyMode } from './envoy-bootstrap';
-import { checkPortsFree, PortsBusyError, startLocalStack, STACK_PORTS, type LocalStack } from './local-stack';
+import { checkPortsFree, PortsBusyError, startLocalStack, STACK_IMAGE_REQUEST, STACK_PORTS, type LocalStack } from './local-stack';
 
 const KV_CONNECTORS = ['kv-shared-storage', 'kv-nixl', 'kv-sglang'];
 const USAGE = `usage: npm run stack [-- --buffered] [-- --kv-connector ${KV_CONNECTORS.join('|')}] [-- --inter-token-latency-ms N]
@@ -103,6 +103,7 @@ async function main(): Promise<void> {
       kvConnector: args.kvConnector,
       simArgs: args.simArgs,
       conditionalDecode: args.conditionalDecode,
+      multimodal: true,
       say,
     });
   } catch (err) {
@@ -130,6 +131,11 @@ epd-coordinator stack is up (${args.bodyMode === 'buffered' ? 'BUFFERED' : 'FULL
       -d '${chat}'
     curl -sSN ${stack.publicUrl}/v1/chat/completions -H 'content-type: application/json' \\
       -d '${streamed}'
+
+  An image (replace-media-urls -> render -> encode -> prefill -> decode; the access log shows the
+  encode leg on the gateway listener, epp_profile "encode"):
+    curl -sS ${stack.publicUrl}/v1/chat/completions -H 'content-type: application/json' \\
+      -d '${STACK_IMAGE_REQUEST}'
 
 ${
     args.conditionalDecode

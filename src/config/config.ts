@@ -27,8 +27,12 @@ export interface AppConfig {
     readonly streamIdleTimeoutMs: number;
     /** `server.max_request_headers`: Envoy's header-count limit; 0 = no check. */
     readonly maxRequestHeaders: number;
+    /** `server.trusted_client_headers`, as listed (checked against the header policy at start-up). */
+    readonly trustedClientHeaders: readonly string[];
     /** TLS on the gRPC listener; `null` = plaintext h2c. */
     readonly tls: TlsFiles | null;
+    /** `server.stream_reset_burst` / `stream_reset_rate`: the HTTP/2 sessions' RST_STREAM budget. */
+    readonly sessionLimits: { readonly streamResetBurst: number; readonly streamResetRate: number };
   };
   readonly gateway: {
     readonly address: string;
@@ -144,14 +148,14 @@ function checkValue(spec: KeySpec, v: unknown, where: string): number | boolean 
     case 'enum':
       if (typeof v !== 'string' || !spec.values!.includes(v)) throw new ConfigError(where, `one of ${spec.values!.join(', ')}`, v);
       return v;
+    case 'list':
+      // Kept as one comma-separated string (the environment's form); split where it is used.
+      if (typeof v === 'string') return v;
+      if (!Array.isArray(v) || v.some((e) => typeof e !== 'string' || e.includes(','))) throw new ConfigError(where, 'a list of strings', v);
+      return v.join(',');
     case 'string':
       if (typeof v !== 'string') throw new ConfigError(where, 'a string', v);
       return v;
-    case 'list':
-      // Kept as one comma-separated string, the form the environment gives too.
-      if (typeof v === 'string') return v;
-      if (!Array.isArray(v) || v.some((x) => typeof x !== 'string')) throw new ConfigError(where, 'a list of strings', v);
-      return v.join(',');
   }
 }
 
@@ -292,6 +296,11 @@ export function parseConfig(input: unknown, env: NodeJS.ProcessEnv = process.env
   }
   const maxRequestHeaders = get<number>('server.max_request_headers');
   if (maxRequestHeaders > 65535) throw new ConfigError('server.max_request_headers', 'at most 65535', maxRequestHeaders);
+  const sessionLimits = { streamResetBurst: get<number>('server.stream_reset_burst'), streamResetRate: get<number>('server.stream_reset_rate') };
+  for (const [key, v] of [['server.stream_reset_burst', sessionLimits.streamResetBurst], ['server.stream_reset_rate', sessionLimits.streamResetRate]] as const) {
+    // nghttp2 keeps both in uint32.
+    if (v > 2 ** 32 - 1) throw new ConfigError(key, 'at most 4294967295', v);
+  }
   const kv = get<string | undefined>('pipeline.kv_connector');
   const ec = get<string | undefined>('pipeline.ec_connector');
   const pipelineDoc = isMap(doc['pipeline']) ? doc['pipeline'] : {};
@@ -319,6 +328,10 @@ export function parseConfig(input: unknown, env: NodeJS.ProcessEnv = process.env
       streamedResponses: get<boolean>('server.streamed_responses'),
       streamIdleTimeoutMs: streamIdleMs,
       maxRequestHeaders,
+      trustedClientHeaders: get<string>('server.trusted_client_headers')
+        .split(',')
+        .map((h) => h.trim().toLowerCase())
+        .filter((h) => h !== ''),
       tls: parseTls(
         {
           cert: get<string | undefined>('server.tls_cert_file'),
@@ -331,6 +344,7 @@ export function parseConfig(input: unknown, env: NodeJS.ProcessEnv = process.env
         },
         warnings,
       ),
+      sessionLimits,
     },
     gateway: {
       address,

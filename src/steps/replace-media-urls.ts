@@ -1,5 +1,5 @@
 /**
- * `replace-media-urls` (reference §3.1): every image of a chat request becomes inline data before
+ * `replace-media-urls`: every image of a chat request becomes inline data before
  * render sees it. `data:` URLs are validated; http(s) URLs are downloaded (bounded, SSRF-guarded)
  * and rewritten to `data:<type>;base64,...`. One multimodal entry is seeded per image, in order.
  */
@@ -48,7 +48,7 @@ function stringListParam(step: string, params: StepParams, key: string): string[
   return v as string[];
 }
 
-/** Reads and validates the params (defaults per §3.1). Throws ConfigError. */
+/** Reads and validates the params (defaults as upstream). Throws ConfigError. */
 export function readReplaceMediaUrlsConfig(params: StepParams): ReplaceMediaUrlsConfig {
   const s = REPLACE_MEDIA_URLS_STEP;
   const p = new ParamReader(s, params);
@@ -80,7 +80,7 @@ export function readReplaceMediaUrlsConfig(params: StepParams): ReplaceMediaUrls
 const URL_HEAD_CHARS = 1024;
 
 /** One `image_url` part found in the body, with the object whose `url` may be rewritten. */
-interface ImageRef {
+export interface ImageRef {
   readonly message: number;
   readonly part: number;
   /** As parsed: a big URL is a body placeholder; read it through the context. */
@@ -119,7 +119,7 @@ function imageEntry(index: number, r: Inlined): MultimodalEntry {
 }
 
 /** Image parts in body order; malformed parts are skipped silently, as upstream. */
-function collectImageRefs(body: JsonObject): ImageRef[] {
+export function collectImageRefs(body: JsonObject): ImageRef[] {
   const messages = body['messages'];
   if (!Array.isArray(messages)) return [];
   const refs: ImageRef[] = [];

@@ -60,6 +60,9 @@ beforeAll(async () => {
   stack = await startStack({
     // Prefill and decode take a little while, so concurrent requests overlap in the pipeline.
     simulator: { timeToFirstTokenMs: 300 },
+    // The processor's dispatches re-enter through the public listener with the fairness id it
+    // stamped; the header policy would remove it unless trusted (docs/hardening.md).
+    trustedClientHeaders: ['x-llm-d-inference-fairness-id'],
     steps: (urls) => [
       {
         type: 'async-broker',

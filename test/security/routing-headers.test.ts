@@ -64,7 +64,8 @@ describe.each(['full_duplex', 'buffered'] as const)('client routing headers (%s)
     expect(res.statusCode).toBe(200);
     expect(stack.sims.prefill.requests).toHaveLength(0);
     const seen = stack.sims.decode.requests[0]!;
-    expect(seen.headers).not.toHaveProperty('epp-profile');
+    // The service's own profile, as upstream's passthrough sets it; never the client's.
+    expect(seen.headers['epp-profile']).toBe('decode');
     expect(seen.headers).not.toHaveProperty('x-gateway-destination-endpoint');
   });
 

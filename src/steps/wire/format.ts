@@ -1,5 +1,5 @@
 /**
- * Wire-format resolution (reference §2.5): which body shape and which path a leg uses.
+ * Wire-format resolution: which body shape and which path a leg uses.
  */
 
 /** The body shapes the coordinator emits (`responses`: the OpenAI Responses API, reference §12.9). */

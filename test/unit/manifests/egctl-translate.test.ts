@@ -9,6 +9,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import { spawnSync } from 'node:child_process';
+import { allowedMatches } from '../../../scripts/path-policy';
 import {
   EGCTL,
   TRANSLATE_NAMESPACE,
@@ -112,13 +113,19 @@ const title = haveEgctl ? 'Envoy Gateway translation of config/k8s' : 'Envoy Gat
     expect(cfg['statusOnError']).toEqual({ code: 'ServiceUnavailable' });
   });
 
-  test('the filter is enabled on the public route only, whose timeout is off', () => {
+  test('the filter is enabled on the allowed public paths only, whose timeout is off; every other path is a direct 404', () => {
     const filterName = String(extProcFilters(hcmOf(PUBLIC_GATEWAY))[0]!['name']);
     const routes = routeConfigsOf(dumpOf(PUBLIC_GATEWAY)).flatMap((rc) => (rc['virtualHosts'] as { routes: Json[] }[]).flatMap((v) => v.routes));
-    expect(routes).toHaveLength(1);
-    const route = routes[0]!;
-    expect(Object.keys((route['typedPerFilterConfig'] as Json) ?? {})).toEqual([filterName]);
-    expect((route['route'] as Json)['timeout']).toBe('0s');
+    const refused = routes.filter((r) => r['directResponse'] !== undefined);
+    const served = routes.filter((r) => r['directResponse'] === undefined);
+    expect(served).toHaveLength(allowedMatches().length);
+    for (const route of served) {
+      expect(Object.keys((route['typedPerFilterConfig'] as Json) ?? {})).toEqual([filterName]);
+      expect((route['route'] as Json)['timeout']).toBe('0s');
+    }
+    expect(refused).toHaveLength(1);
+    expect(Object.keys((refused[0]!['typedPerFilterConfig'] as Json) ?? {})).not.toContain(filterName);
+    expect((refused[0]!['directResponse'] as Json)['status']).toBe(404);
     expect(extProcFilters(hcmOf(INTERNAL_GATEWAY))).toEqual([]);
   });
 
@@ -127,7 +134,7 @@ const title = haveEgctl ? 'Envoy Gateway translation of config/k8s' : 'Envoy Gat
     expect(cluster).toBeDefined();
     const opts = (cluster['typedExtensionProtocolOptions'] as Json)['envoy.extensions.upstreams.http.v3.HttpProtocolOptions'] as Json;
     expect((opts['explicitHttpConfig'] as Json)['http2ProtocolOptions']).toEqual({ initialStreamWindowSize: 4 * 1024 * 1024, initialConnectionWindowSize: 16 * 1024 * 1024 });
-    // Drained before Node's nghttp2 rapid-reset guard (about 1000 resets) can end a session.
+    // Defence in depth (the coordinator takes Envoy's per-stream resets itself, faults/stock-envoy).
     expect((opts['commonHttpProtocolOptions'] as Json)['maxRequestsPerConnection']).toBe(500);
     expect((cluster['circuitBreakers'] as { thresholds: Json[] }).thresholds[0]).toMatchObject({ maxConnections: 20000, maxPendingRequests: 20000, maxRequests: 20000 });
     expect((cluster['healthChecks'] as Json[])[0]).toMatchObject({ grpcHealthCheck: { serviceName: 'envoy.service.ext_proc.v3.ExternalProcessor' } });

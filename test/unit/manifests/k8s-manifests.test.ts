@@ -12,6 +12,7 @@ import { StepRegistry } from '../../../src/pipeline/registry';
 import type { StepDeps } from '../../../src/pipeline/step';
 import type { SideCallClient } from '../../../src/gateway/client';
 import { registerBuiltinSteps } from '../../../src/steps';
+import { allowedMatches, REFUSED_PATH_BODY, REFUSED_PATH_STATUS } from '../../../scripts/path-policy';
 import { CrdCatalog, SHARED_CRDS_DIR, envoyGatewayCrdDirs } from './crd-catalog';
 import {
   K8S_DIR,
@@ -398,19 +399,34 @@ describe('Envoy Gateway wiring', () => {
           expect({ route: route.metadata.name, kind: b.kind, group: b.group }).toEqual({ route: route.metadata.name, kind: 'InferencePool', group: 'inference.networking.k8s.io' });
           findObject(manifests, 'InferencePool', b.name);
         }
-        // A decode stream lasts as long as the model generates.
-        expect(rule.timeouts?.request).toBe('0s');
+        // A decode stream lasts as long as the model generates (a refusal rule has no backend).
+        if ((rule.backendRefs ?? []).length > 0) expect(rule.timeouts?.request).toBe('0s');
       }
     }
   });
 
-  test('the public route is a catch-all that removes client routing headers', () => {
+  test('the public route allows exactly the paths of scripts/path-policy.ts, and removes client routing headers', () => {
     const route = publicRoute();
-    expect(route.spec.rules).toHaveLength(1);
-    const rule = route.spec.rules[0]!;
-    expect(rule.matches).toEqual([{ path: { type: 'PathPrefix', value: '/' } }]);
-    const modifier = (rule.filters ?? []).find((f) => f.type === 'RequestHeaderModifier');
-    expect(modifier?.requestHeaderModifier?.remove).toEqual(expect.arrayContaining(ROUTING_HEADERS));
+    const toK8s = (m: { path: string } | { prefix: string }) =>
+      'path' in m ? { path: { type: 'Exact', value: m.path } } : { path: { type: 'PathPrefix', value: m.prefix.replace(/\/$/, '') } };
+    const matches = route.spec.rules.flatMap((r) => r.matches ?? []);
+    expect(matches).toEqual(allowedMatches().map(toK8s));
+    for (const rule of route.spec.rules) {
+      const modifier = (rule.filters ?? []).find((f) => f.type === 'RequestHeaderModifier');
+      expect(modifier?.requestHeaderModifier?.remove).toEqual(expect.arrayContaining(ROUTING_HEADERS));
+    }
+  });
+
+  test('every other public path gets a 404 direct response in the OpenAI error shape, without the coordinator', () => {
+    const refused = routes().filter((r) => r.spec.rules.some((rule) => (rule.matches ?? []).some((m) => m.path?.type === 'PathPrefix' && m.path.value === '/')));
+    expect(refused).toHaveLength(1);
+    const rule = refused[0]!.spec.rules[0]!;
+    expect(rule.backendRefs ?? []).toEqual([]);
+    expect(refused[0]!.spec.parentRefs).toEqual(publicRoute().spec.parentRefs);
+    expect(policy().spec.targetRefs.map((t) => t.name)).not.toContain(refused[0]!.metadata.name);
+    const ref = (rule.filters ?? []).map((f) => (f as { extensionRef?: { kind: string; name: string } }).extensionRef).find((e) => e?.kind === 'HTTPRouteFilter')!;
+    const filter = findObject<K8sObject & { spec: { directResponse: { statusCode: number; contentType: string; body: { type: string; inline: string } } } }>(manifests, 'HTTPRouteFilter', ref.name);
+    expect(filter.spec.directResponse).toEqual({ statusCode: REFUSED_PATH_STATUS, contentType: 'application/json', body: { type: 'Inline', inline: REFUSED_PATH_BODY } });
   });
 
   test('client routing headers are removed before any HTTP filter, on the public Gateway', () => {

@@ -1,5 +1,5 @@
 /** Leg-log redaction as upstream redacts (reference §5.10), and Go duration strings for `pipeline step timings`. */
-import { redactBody, redactHeaders } from '../../../src/gateway/redact';
+import { redactBody, redactHeaders } from '../../../src/pipeline/redact';
 import { goDuration } from '../../../src/pipeline/go-duration';
 
 describe('redactHeaders', () => {
