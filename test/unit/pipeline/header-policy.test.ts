@@ -4,7 +4,7 @@
  */
 import { GATEWAY_HEADERS, headerPolicy, HeaderPolicyError, screenHeaders, DEFAULT_HEADER_POLICY } from '../../../src/pipeline/header-policy';
 import { PipelineHandler } from '../../../src/pipeline/handler';
-import type { ForwardDecision, RespondDecision } from '../../../src/pipeline/decision';
+import type { ForwardDecision } from '../../../src/pipeline/decision';
 import type { RequestContext } from '../../../src/pipeline/context';
 import type { Step } from '../../../src/pipeline/step';
 import { silentLogger } from '../../../src/observability/logger';
