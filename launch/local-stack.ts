@@ -58,6 +58,8 @@ export interface LocalStackOptions {
    * nothing sends it `Prefer: if-available`, so every request is a plain cascade. Default false.
    */
   readonly conditionalDecode?: boolean;
+  /** Params of the `prefill` step (e.g. `min_prompt_tokens`). Default none. */
+  readonly prefillParams?: Record<string, unknown>;
   /**
    * The multimodal steps too (replace-media-urls before render, encode before prefill): what
    * `npm run stack` runs. Default false, so the benchmarks keep measuring the text P/D cascade.
@@ -137,7 +139,13 @@ export const STACK_IMAGE_REQUEST = JSON.stringify({
  * requests without the X-AP-Mode header); conditional decode probes after render, before encode,
  * so a hit skips encode and prefill.
  */
-export function stackSteps(opts: { renderUrl: string; redisUrl?: string; conditionalDecode?: boolean; multimodal?: boolean }): Array<{ type: string; params?: Record<string, unknown> }> {
+export function stackSteps(opts: {
+  renderUrl: string;
+  redisUrl?: string;
+  conditionalDecode?: boolean;
+  multimodal?: boolean;
+  prefillParams?: Record<string, unknown>;
+}): Array<{ type: string; params?: Record<string, unknown> }> {
   const multimodal = opts.multimodal ?? true;
   return [
     ...(opts.redisUrl ? [{ type: 'async-broker', params: { redis_url: opts.redisUrl, wait_cap_seconds: 55 } }] : []),
@@ -145,12 +153,12 @@ export function stackSteps(opts: { renderUrl: string; redisUrl?: string; conditi
     { type: 'render', params: { address: opts.renderUrl, timeout: '30s' } },
     ...(opts.conditionalDecode ? [{ type: 'conditional-decode' }] : []),
     ...(multimodal ? [{ type: 'encode' }] : []),
-    { type: 'prefill' },
+    opts.prefillParams ? { type: 'prefill', params: opts.prefillParams } : { type: 'prefill' },
     { type: 'decode' },
   ];
 }
 
-export function coordinatorConfig(opts: Pick<LocalStackOptions, 'ports' | 'kvConnector' | 'logLevel' | 'conditionalDecode' | 'multimodal'>): string {
+export function coordinatorConfig(opts: Pick<LocalStackOptions, 'ports' | 'kvConnector' | 'logLevel' | 'conditionalDecode' | 'multimodal' | 'prefillParams'>): string {
   const doc = {
     log_level: opts.logLevel ?? 2,
     server: {
@@ -168,6 +176,7 @@ export function coordinatorConfig(opts: Pick<LocalStackOptions, 'ports' | 'kvCon
         redisUrl: opts.ports.redis ? `redis://127.0.0.1:${opts.ports.redis}/0` : undefined,
         conditionalDecode: opts.conditionalDecode,
         multimodal: opts.multimodal ?? false,
+        prefillParams: opts.prefillParams,
       }),
     },
   };

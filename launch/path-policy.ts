@@ -15,7 +15,7 @@
  */
 
 /** The pipeline's inference paths (src/pipeline/inference-request.ts INFERENCE_PATHS; a test keeps them equal). */
-export const PIPELINE_PATHS: readonly string[] = ['/v1/chat/completions', '/v1/completions', '/inference/v1/generate'];
+export const PIPELINE_PATHS: readonly string[] = ['/v1/chat/completions', '/v1/completions', '/v1/responses', '/inference/v1/generate'];
 
 /** Answered by the service itself: the async broker's result lookups (`GET /v1/requests/{id}`). */
 export const SERVICE_PREFIXES: readonly string[] = ['/v1/requests/'];
@@ -27,7 +27,6 @@ export const SERVICE_PREFIXES: readonly string[] = ['/v1/requests/'];
 export const DECODE_PATHS: readonly string[] = [
   '/v1/models',
   '/v1/embeddings',
-  '/v1/responses',
   '/v1/messages',
   '/v1/messages/count_tokens',
   '/v1/audio/transcriptions',

@@ -119,6 +119,7 @@ export class CoordinatorMetrics implements PipelineObserver {
   private readonly streamDuration: Histogram;
   private readonly decisions: Counter;
   private readonly sideCallDuration: Histogram;
+  private readonly disaggregation: Counter;
 
   constructor(opts: MetricsOptions = {}) {
     const registers = [this.registry];
@@ -145,6 +146,7 @@ export class CoordinatorMetrics implements PipelineObserver {
     this.streamDuration = new Histogram({ name: `${OWN}extproc_stream_duration_seconds`, help: 'Lifetime of ext_proc Process streams.', buckets: latency, registers });
     this.decisions = new Counter({ name: `${OWN}decisions_total`, help: 'Decisions by path taken: cascade, cache_hit, step_response, error, passthrough, route.', labelNames: ['path'], registers });
     this.sideCallDuration = new Histogram({ name: `${OWN}side_call_duration_seconds`, help: 'Side-call latency by phase and HTTP status (or error, timeout, cancelled).', labelNames: ['phase', 'status'], buckets: latency, registers });
+    this.disaggregation = new Counter({ name: `${OWN}disaggregation_total`, help: 'Requests a prefill step saw, by path: disaggregated, aggregated_short_prompt (below min_prompt_tokens), aggregated_fallback (no prefill endpoint).', labelNames: ['path'], registers });
 
     if (opts.processMetrics ?? true) collectDefaultMetrics({ register: this.registry });
 
@@ -198,8 +200,9 @@ export class CoordinatorMetrics implements PipelineObserver {
     const model = series.model;
     if (r.errorClass !== undefined) this.requestErrors.labels(model, errorCode(r.errorClass)).inc();
     if (r.inputTokens !== null) series.tokens.observe(r.inputTokens);
-    const exec = executionPath(r.stepsStarted);
+    const exec = executionPath(r.stepsStarted, r.disaggregation);
     if (exec) this.executionPaths.labels(model, exec).inc();
+    if (r.disaggregation) this.disaggregation.labels(r.disaggregation).inc();
     this.decisions.labels(r.path satisfies DecisionPath).inc();
     this.overhead.labels(routeLabel(path)).observe(Math.max(0, seconds - (r.parseMs + r.stepMs) / 1000));
   }

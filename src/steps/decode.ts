@@ -32,8 +32,11 @@ class DecodeStep implements Step {
   ) {}
 
   async execute(ctx: RequestContext): Promise<void> {
-    const kv = this.kv.prepareDecode(ctx);
-    ctx.log.trace({ step: DECODE_STEP, params: kv }, 'preparing decode kv params');
+    // Prefill skipped (short prompt, or no prefill endpoint): decode computes the prompt itself, and
+    // KV params would send the worker looking for blocks no prefill produced.
+    const aggregated = ctx.disaggregation !== null && ctx.disaggregation !== 'disaggregated';
+    const kv = aggregated ? null : this.kv.prepareDecode(ctx);
+    if (kv) ctx.log.trace({ step: DECODE_STEP, params: kv }, 'preparing decode kv params');
     injectImageUuids(ctx);
 
     // The body is mutated in place: decode is last, and the body is serialised once afterwards.
@@ -44,15 +47,19 @@ class DecodeStep implements Step {
     dropTransferParams(body);
     switch (resolveFormat(this.useOpenAIFormat, ctx.originalPath)) {
       case 'chat': {
-        body['kv_transfer_params'] = kv;
+        if (kv) body['kv_transfer_params'] = kv;
         const tokens: JsonObject = { token_ids: ctx.tokenIds };
         const features = buildMmFeatures(ctx.multimodalEntries, false);
         if (features) tokens['features'] = features;
         body['tokens'] = tokens;
         break;
       }
+      case 'responses':
+        // §12.9: the client body plus top-level KV params (and the image uuids set above).
+        if (kv) body['kv_transfer_params'] = kv;
+        break;
       case 'completions':
-        body['kv_transfer_params'] = kv;
+        if (kv) body['kv_transfer_params'] = kv;
         if (ctx.tokenIds && ctx.tokenIds.length > 0) body['prompt'] = ctx.tokenIds;
         break;
       case 'generate': {
@@ -63,7 +70,7 @@ class DecodeStep implements Step {
           sampling = {};
           body['sampling_params'] = sampling;
         }
-        setGenerateTransferParams(sampling as JsonObject, kv, null);
+        if (kv) setGenerateTransferParams(sampling as JsonObject, kv, null);
         break;
       }
     }

@@ -28,6 +28,7 @@ export interface AccessLogEntry {
   readonly error_step?: string | null;
   readonly error_class?: string | null;
   readonly upstream_status?: number | null;
+  readonly disaggregation?: string | null;
   readonly ext_proc?: string | null;
   readonly [key: string]: unknown;
 }
