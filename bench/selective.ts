@@ -16,10 +16,10 @@
 import { mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { Agent, request } from 'undici';
-import { REPO_ROOT } from '../scripts/envoy-bootstrap';
-import { buildService, freeStackPorts, startLocalStack, type LocalStack } from '../scripts/local-stack';
-import { ensureEnvoy } from '../test/support/envoy';
-import { sleep } from '../test/support/ports';
+import { REPO_ROOT } from '../launch/envoy-bootstrap';
+import { buildService, freeStackPorts, startLocalStack, type LocalStack } from '../launch/local-stack';
+import { ensureEnvoy } from '../launch/envoy';
+import { sleep } from '../launch/ports';
 import { parseBenchArgs } from './args';
 import { machineDescription, round3, summarize, type Summary } from './stats';
 

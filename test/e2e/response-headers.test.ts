@@ -4,7 +4,7 @@
  * What Envoy does for us: the decode answer streams to the client through Envoy, never through the
  * service, so its headers pass untouched except the internal ones Envoy's header mutation strips.
  */
-import { TestClient } from '../support/client';
+import { TestClient } from '../../launch/client';
 import { stackConfigDoc, startStack, type Stack } from '../support/stack';
 
 const MODEL = 'sim-model';

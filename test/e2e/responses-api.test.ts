@@ -4,7 +4,7 @@
  * mapping as chat. The simulators answer the Responses API.
  */
 import type { RecordedRequest } from '../../sim/simulator';
-import { at, sseData, TestClient } from '../support/client';
+import { at, sseData, TestClient } from '../../launch/client';
 import { startStack, type Stack } from '../support/stack';
 
 const MODEL = 'sim-model';

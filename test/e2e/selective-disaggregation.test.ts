@@ -4,7 +4,7 @@
  * `epd_coordinator_disaggregation_total` metric. The EPP's "no prefill endpoint" answer comes from
  * the prefill simulator with the exact status, header and body the real EPP sends.
  */
-import { at, TestClient } from '../support/client';
+import { at, TestClient } from '../../launch/client';
 import { startStack, type Stack } from '../support/stack';
 
 const MODEL = 'sim-model';

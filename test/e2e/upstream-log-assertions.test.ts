@@ -8,9 +8,9 @@
  */
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { TestClient } from '../support/client';
+import { TestClient } from '../../launch/client';
 import { stackConfigDoc, startStack, type Stack, type StackOptions } from '../support/stack';
-import { PNG_BYTES } from '../unit/media/image-server';
+import { PNG_BYTES } from '../unit/steps/media/image-server';
 
 const MODEL = 'sim-model';
 const PNG_URI = `data:image/png;base64,${PNG_BYTES.toString('base64')}`;

@@ -13,7 +13,7 @@ import { silentLogger } from '../../../src/observability/logger';
 import { registerBuiltinSteps } from '../../../src/steps';
 import { buildEncodeBody } from '../../../src/steps/encode';
 import { entry, makeCtx, useFakeUpstreams } from './fake-upstream';
-import { mediaStep } from '../media/helpers';
+import { mediaStep } from './media/helpers';
 
 const up = useFakeUpstreams();
 const { renderService, gateway } = up;
