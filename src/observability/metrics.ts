@@ -9,6 +9,7 @@
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 import type { SideCallObserver, SideCallObservation, SideCallOutcome } from '../gateway/client';
 import type { StreamObserver } from '../extproc/server';
+import type { ForceStreamObserver } from '../pipeline/step';
 import { classify } from '../pipeline/errors';
 import { errorCode, executionPath, routeLabel } from './request-facts';
 import type { DecisionPath, PipelineObserver, RequestObservation, RequestResult, RequestStart, StepObservation } from '../pipeline/observer';
@@ -94,6 +95,8 @@ export class CoordinatorMetrics implements PipelineObserver {
   readonly sideCalls: SideCallObserver;
   /** Pass to the ext_proc server. */
   readonly streams: StreamObserver;
+  /** Pass to the steps (decode `force_stream`). */
+  readonly forceStream: ForceStreamObserver;
 
   private readonly models: ModelNameLabels;
   private readonly modelSeries = new Map<string, ModelSeries>();
@@ -119,6 +122,8 @@ export class CoordinatorMetrics implements PipelineObserver {
   private readonly streamDuration: Histogram;
   private readonly decisions: Counter;
   private readonly sideCallDuration: Histogram;
+  private readonly forceStreamTotal: Counter;
+  private readonly forceStreamBuffered: Gauge;
 
   constructor(opts: MetricsOptions = {}) {
     const registers = [this.registry];
@@ -140,6 +145,9 @@ export class CoordinatorMetrics implements PipelineObserver {
     this.probes = new Counter({ name: `${UPSTREAM}conditional_decode_probes_total`, help: 'Conditional-decode probes by result.', labelNames: ['result'], registers });
     this.overhead = new Histogram({ name: `${UPSTREAM}orchestration_overhead_seconds`, help: 'Request time outside body parsing and steps.', labelNames: ['route'], buckets: latency, registers });
 
+    this.forceStreamTotal = new Counter({ name: `${UPSTREAM}force_stream_total`, help: 'Non-streaming requests considered for decode force_stream, by result: forced, fallback_budget, fallback_unbounded, fallback_unsupported, error_ceiling.', labelNames: ['model_name', 'result'], registers });
+    this.forceStreamBuffered = new Gauge({ name: `${UPSTREAM}force_stream_buffered_bytes`, help: 'Bytes currently reserved by buffered force-stream requests.', registers });
+
     this.inflight = new Gauge({ name: `${OWN}inflight_requests`, help: 'Inference requests the service is working on.', registers });
     this.activeStreams = new Gauge({ name: `${OWN}extproc_active_streams`, help: 'Open ext_proc Process streams.', registers });
     this.streamDuration = new Histogram({ name: `${OWN}extproc_stream_duration_seconds`, help: 'Lifetime of ext_proc Process streams.', buckets: latency, registers });
@@ -149,6 +157,10 @@ export class CoordinatorMetrics implements PipelineObserver {
     if (opts.processMetrics ?? true) collectDefaultMetrics({ register: this.registry });
 
     this.sideCalls = { started: (phase) => this.sideCallStarted(phase) };
+    this.forceStream = {
+      result: (model, result) => this.forceStreamTotal.labels(this.models.label(model), result).inc(),
+      reservedBytes: (bytes) => this.forceStreamBuffered.set(bytes),
+    };
     this.streams = {
       opened: () => {
         this.activeStreams.inc();
