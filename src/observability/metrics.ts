@@ -83,6 +83,15 @@ interface PhaseSeries {
   readonly duration: Histogram.Internal<string>;
 }
 
+const KNOWN_MESSAGES: ReadonlySet<string> = new Set([
+  'request_headers',
+  'request_body',
+  'request_trailers',
+  'response_headers',
+  'response_body',
+  'response_trailers',
+]);
+
 export interface MetricsOptions {
   /** Node.js process metrics (`process_*`, `nodejs_*`) in the same registry. Default true. */
   readonly processMetrics?: boolean;
@@ -124,6 +133,8 @@ export class CoordinatorMetrics implements PipelineObserver {
   private readonly sideCallDuration: Histogram;
   private readonly forceStreamTotal: Counter;
   private readonly forceStreamBuffered: Gauge;
+  private readonly extProcMessages: Counter;
+  private readonly messageSeries = new Map<string, Counter.Internal>();
 
   constructor(opts: MetricsOptions = {}) {
     const registers = [this.registry];
@@ -148,6 +159,7 @@ export class CoordinatorMetrics implements PipelineObserver {
     this.forceStreamTotal = new Counter({ name: `${UPSTREAM}force_stream_total`, help: 'Non-streaming requests considered for decode force_stream, by result: forced, fallback_budget, fallback_unbounded, fallback_unsupported, error_ceiling.', labelNames: ['model_name', 'result'], registers });
     this.forceStreamBuffered = new Gauge({ name: `${UPSTREAM}force_stream_buffered_bytes`, help: 'Bytes currently reserved by buffered force-stream requests.', registers });
 
+    this.extProcMessages = new Counter({ name: `${OWN}extproc_messages_total`, help: 'ext_proc messages Envoy sent, by kind (request_headers, request_body, response_headers, ...).', labelNames: ['message'], registers });
     this.inflight = new Gauge({ name: `${OWN}inflight_requests`, help: 'Inference requests the service is working on.', registers });
     this.activeStreams = new Gauge({ name: `${OWN}extproc_active_streams`, help: 'Open ext_proc Process streams.', registers });
     this.streamDuration = new Histogram({ name: `${OWN}extproc_stream_duration_seconds`, help: 'Lifetime of ext_proc Process streams.', buckets: latency, registers });
@@ -162,6 +174,7 @@ export class CoordinatorMetrics implements PipelineObserver {
       reservedBytes: (bytes) => this.forceStreamBuffered.set(bytes),
     };
     this.streams = {
+      received: (message) => this.messageReceived(message),
       opened: () => {
         this.activeStreams.inc();
         const started = performance.now();
@@ -251,6 +264,17 @@ export class CoordinatorMetrics implements PipelineObserver {
         if (phase === 'conditional-decode') this.probes.labels(probeResult(outcome)).inc();
       },
     };
+  }
+
+  private messageReceived(message: string): void {
+    let c = this.messageSeries.get(message);
+    if (!c) {
+      // Envoy's oneof names only: a bounded label set whatever arrives.
+      const label = KNOWN_MESSAGES.has(message) ? message : 'other';
+      c = this.extProcMessages.labels(label);
+      if (this.messageSeries.size < KNOWN_MESSAGES.size + 1) this.messageSeries.set(message, c);
+    }
+    c.inc();
   }
 
   private forModel(label: string): ModelSeries {
