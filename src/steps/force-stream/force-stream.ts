@@ -10,14 +10,14 @@
  */
 import type { JsonObject, RequestContext } from '../../pipeline/context';
 import { ConfigError } from '../../config/errors';
-import { UPSTREAM_ERROR_BODY_CAP } from '../../pipeline/errors';
+import { CancelledError, UPSTREAM_ERROR_BODY_CAP } from '../../pipeline/errors';
 import type { ParamReader } from '../../pipeline/params';
 import type { SideCallClient, StreamingSideCallResponse } from '../../pipeline/side-call';
 import type { ForceStreamObserver, StepOutcome, StepParams } from '../../pipeline/step';
 import { CHAT_COMPLETIONS_PATH, COMPLETIONS_PATH, GENERATE_PATH, gatewayLegHeaders, isJsonObject } from '../wire';
 import { ReservationBudget, reservationBytes } from './budget';
 import { ForceStreamError } from './errors';
-import { IncrementalReply } from './incremental';
+import { goJson, IncrementalReply } from './incremental';
 import { Reassembler, type StreamShape } from './reassemble';
 import { MAX_BUDGET_BYTES, parseByteSize } from './size';
 import { sseFrames, type SseFrame } from './sse';
@@ -152,6 +152,10 @@ export class ForceStream {
       if (res.status >= 400) return await upstreamError(res);
       if (plan.kind === 'incremental') return await this.incremental(ctx, plan.shape, res);
       return await this.buffered(ctx, plan.shape, plan.choices, plan.reserved, res);
+    } catch (err) {
+      // The client went away and the call was cancelled under us: not the worker's fault.
+      if (ctx.signal.aborted && !(err instanceof CancelledError)) throw new CancelledError();
+      throw err;
     } finally {
       if (plan.kind === 'buffered') plan.release();
     }
@@ -217,7 +221,8 @@ export class ForceStream {
       }
       throw err;
     }
-    const out = Buffer.from(JSON.stringify(reassembler.result()));
+    // Encoded as upstream's Go encoder does (`<`, `>`, `&` escaped), so replies match byte for byte.
+    const out = Buffer.from(goJson(reassembler.result()));
     this.observer?.result(ctx.model, 'forced');
     if (ctx.log.isLevelEnabled('info')) ctx.log.info({ bytes: out.length }, 'force-stream complete');
     return { respond: { status: 200, headers: { 'content-type': 'application/json', 'content-length': String(out.length) }, body: out } };

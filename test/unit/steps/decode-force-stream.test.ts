@@ -3,7 +3,7 @@
  * worker is sent, what the client is answered, and what is counted, on every path.
  */
 import { PooledSideCallClient } from '../../../src/gateway/client';
-import { TransportError } from '../../../src/pipeline/errors';
+import { CancelledError, TransportError } from '../../../src/pipeline/errors';
 import type { StepDeps, StepOutcome, StepParams, StepResponse } from '../../../src/pipeline/step';
 import { createDecodeStep } from '../../../src/steps/decode';
 import { FakeUpstream, makeCtx, useFakeUpstreams } from './fake-upstream';
@@ -161,6 +161,19 @@ describe('decode force_stream', () => {
     expect(text).toContain('"content":"partial');
     expect(() => JSON.parse(text)).toThrow();
     expect(results).toEqual([]);
+  });
+
+  it('the client going away while the worker has not answered is a cancel, not a worker failure; the reservation is released', async () => {
+    gateway.respond = async () => {
+      await new Promise((r) => setTimeout(r, 300));
+      return { headers: SSE_HEADERS, body: sse([{ request_id: 'x', choices: [{ index: 0, token_ids: [1] }] }]) };
+    };
+    const abort = new AbortController();
+    const pending = decode().execute(makeCtx({ path: '/inference/v1/generate', body: { model: 'm', sampling_params: { max_tokens: 4 } }, signal: abort.signal }));
+    setTimeout(() => abort.abort(), 30);
+    await expect(pending).rejects.toBeInstanceOf(CancelledError);
+    expect(results).toEqual([]);
+    expect(reserved).toBe(0);
   });
 
   it('50 concurrent buffered requests against a budget for two: every one forced or fallen back, gauge back to 0', async () => {
