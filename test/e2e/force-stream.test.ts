@@ -6,6 +6,7 @@
  */
 import { httpGet } from '../support/envoy';
 import { at, sseData, TestClient } from '../support/client';
+import { waitUntil } from '../support/ports';
 import { defaultSteps, startStack, type Stack } from '../support/stack';
 
 const MODEL = 'sim-model';
@@ -34,7 +35,7 @@ describe.each(['full_duplex', 'buffered'] as const)('force_stream through Envoy 
   beforeAll(async () => {
     stack = await startStack({
       bodyMode,
-      simulator: { interTokenLatencyMs: 2 },
+      simulator: { interTokenLatencyMs: 5 },
       steps: (urls) =>
         defaultSteps(urls).map((s) => (s.type === 'decode' ? { type: 'decode', params: { force_stream: true, force_stream_max_request_size: '64KiB' } } : s)),
     });
@@ -109,6 +110,29 @@ describe.each(['full_duplex', 'buffered'] as const)('force_stream through Envoy 
     expect(decode.json).toMatchObject({ stream: true });
     // Not ours to add: the client asked for no usage chunk.
     expect(decode.json).not.toHaveProperty('stream_options');
+  });
+
+  it('a worker error on the forced stream reaches the client with its status and body', async () => {
+    stack.sims.decode.setFaults([{ match: { profile: 'decode' }, status: 503, body: '{"error":"boom"}', times: 1 }]);
+    const res = await client.post('/v1/chat/completions', { model: MODEL, messages: [{ role: 'user', content: 'x' }], max_tokens: 5 });
+    expect(res.status).toBe(503);
+    expect(res.json).toEqual({ error: 'boom' });
+  });
+
+  it('the client going away mid-reply stops the forced stream to the worker', async () => {
+    const abort = new AbortController();
+    const pending = client.post(
+      '/v1/chat/completions',
+      { model: MODEL, messages: [{ role: 'user', content: Array.from({ length: 1000 }, (_, i) => `w${i}`).join(' ') }], max_tokens: 1000 },
+      { signal: abort.signal },
+    );
+    const [leg] = await stack.sims.decode.waitForRequests(1, 10_000);
+    abort.abort();
+    await expect(pending).rejects.toThrow();
+    // 1000 tokens at 5 ms each: the worker would still be generating had the side call not been cancelled.
+    await waitUntil(() => leg!.closedEarly, 'the forced stream to the worker closed early', 4000);
+    expect(leg!.status).toBe(200);
+    await waitUntil(async () => sample(await metrics(), 'epd_coordinator_extproc_active_streams') === 0, 'streams closed', 10_000);
   });
 
   it('Envoy sends the service no response headers or body, forced or not', async () => {
