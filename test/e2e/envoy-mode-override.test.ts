@@ -14,8 +14,8 @@ import type { AddressInfo } from 'node:net';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { extProcServiceDefinition } from '../../src/extproc/proto';
-import { TestClient } from '../support/client';
-import { startEnvoy, type EnvoyHandle } from '../support/envoy';
+import { TestClient } from '../../launch/client';
+import { startEnvoy, type EnvoyHandle } from '../../launch/envoy';
 
 type Msg = Record<string, unknown> & { request?: string };
 

@@ -4,9 +4,9 @@
  * request passes through untouched; and Envoy sends the service no response-phase message for any
  * request (its own ext_proc counters: only the request's headers and body are ever sent).
  */
-import { httpGet } from '../support/envoy';
-import { at, sseData, TestClient } from '../support/client';
-import { waitUntil } from '../support/ports';
+import { httpGet } from '../../launch/envoy';
+import { at, sseData, TestClient } from '../../launch/client';
+import { waitUntil } from '../../launch/ports';
 import { defaultSteps, startStack, type Stack } from '../support/stack';
 
 const MODEL = 'sim-model';
