@@ -23,8 +23,10 @@ import { MAX_BUDGET_BYTES, parseByteSize } from './size';
 import { sseFrames, type SseFrame } from './sse';
 
 export const RESPONSES_PATH = '/v1/responses';
-export const DEFAULT_BUFFER_SIZE = '1GiB';
-export const DEFAULT_MAX_REQUEST_SIZE = '256KiB';
+/** `force_stream_buffer_size` default: 1GiB. */
+export const DEFAULT_BUFFER_BYTES = 1024 ** 3;
+/** `force_stream_max_request_size` default: 256KiB (or the buffer size when smaller). */
+export const DEFAULT_MAX_REQUEST_BYTES = 256 * 1024;
 const MAX_LINE_BYTES = 1024 * 1024;
 
 export type ForceStreamResult = Parameters<ForceStreamObserver['result']>[1];
@@ -37,17 +39,11 @@ export interface ForceStreamConfig {
 
 /** Reads the force-stream params of `decode`; `null` when `force_stream` is off (no budget exists). */
 export function readForceStreamConfig(step: string, p: ParamReader, params: StepParams): ForceStreamConfig | null {
-  const on = params['force_stream'];
-  if (on !== undefined && on !== null && typeof on !== 'boolean') {
-    throw new ConfigError(`${step}.params.force_stream`, 'true or false', on);
-  }
+  // A non-bool is a start-up error even when the sizes below are never read.
   if (!p.bool('force_stream', false)) return null;
-  const size = (key: string, def: string | null): number | null => {
+  const size = (key: string): number | null => {
     const v = params[key];
-    if (v === undefined || v === null) {
-      if (def === null) return null;
-      return (parseByteSize(def) as { bytes: number }).bytes;
-    }
+    if (v === undefined || v === null) return null;
     if (typeof v !== 'string') throw new ConfigError(`${step}.params.${key}`, 'a size string such as "256KiB"', v);
     const parsed = parseByteSize(v);
     if ('error' in parsed) throw new ConfigError(`${step}.params.${key}`, `a size such as "256KiB" (${parsed.error})`, v);
@@ -55,12 +51,12 @@ export function readForceStreamConfig(step: string, p: ParamReader, params: Step
     if (parsed.bytes > MAX_BUDGET_BYTES) throw new ConfigError(`${step}.params.${key}`, 'a size within the maximum budget (2^63-1 bytes)', v);
     return parsed.bytes;
   };
-  const bufferBytes = size('force_stream_buffer_size', DEFAULT_BUFFER_SIZE)!;
-  const explicit = size('force_stream_max_request_size', null);
+  const bufferBytes = size('force_stream_buffer_size') ?? DEFAULT_BUFFER_BYTES;
+  const explicit = size('force_stream_max_request_size');
   if (explicit !== null && explicit > bufferBytes) {
     throw new ConfigError(`${step}.params.force_stream_max_request_size`, `a size not above force_stream_buffer_size (${bufferBytes} bytes)`, params['force_stream_max_request_size']);
   }
-  const maxRequestBytes = explicit ?? Math.min(bufferBytes, (parseByteSize(DEFAULT_MAX_REQUEST_SIZE) as { bytes: number }).bytes);
+  const maxRequestBytes = explicit ?? Math.min(bufferBytes, DEFAULT_MAX_REQUEST_BYTES);
   return { bufferBytes, maxRequestBytes };
 }
 

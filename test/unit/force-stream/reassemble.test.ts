@@ -179,6 +179,8 @@ describe('params', () => {
   it('absent or false: off; on: 1 GiB budget, 256 KiB cap (or the budget when smaller)', () => {
     expect(read({})).toBeNull();
     expect(read({ force_stream: false })).toBeNull();
+    // The sizes are read only when force_stream is on.
+    expect(read({ force_stream: false, force_stream_buffer_size: 'abc' })).toBeNull();
     expect(read({ force_stream: true })).toEqual({ bufferBytes: 1024 ** 3, maxRequestBytes: 256 * 1024 });
     expect(read({ force_stream: true, force_stream_buffer_size: '100KB' })).toEqual({ bufferBytes: 100_000, maxRequestBytes: 100_000 });
   });
