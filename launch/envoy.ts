@@ -77,6 +77,8 @@ export interface StartEnvoyOptions {
   readonly readyTimeoutMs?: number;
   /** Own process group, so a terminal Ctrl-C reaches only the supervisor (which stops Envoy). */
   readonly detached?: boolean;
+  /** Edits the rendered bootstrap before Envoy reads it (tests of Envoy's own behaviour). */
+  readonly editConfig?: (yaml: string) => string;
 }
 
 export interface EnvoyHandle {
@@ -156,10 +158,8 @@ export async function startEnvoy(opts: StartEnvoyOptions): Promise<EnvoyHandle> 
   const stderrPath = join(opts.dir, 'envoy.stderr');
   const adminAddressPath = join(opts.dir, 'admin-address');
   const accessLogPath = opts.bootstrap.accessLogPath ?? join(opts.dir, 'access.log');
-  writeFileSync(
-    configPath,
-    renderEnvoyBootstrap({ publicPort: 0, gatewayPort: 0, adminPort: 0, ...opts.bootstrap, accessLogPath }),
-  );
+  const rendered = renderEnvoyBootstrap({ publicPort: 0, gatewayPort: 0, adminPort: 0, ...opts.bootstrap, accessLogPath });
+  writeFileSync(configPath, opts.editConfig ? opts.editConfig(rendered) : rendered);
   writeFileSync(adminAddressPath, '');
 
   const errFd = openSync(stderrPath, 'w');

@@ -104,6 +104,7 @@ export async function startService(config: AppConfig, opts: ServiceOptions = {})
       gatewayTimeoutMs: config.gateway.timeoutMs,
       log,
       registerRoute: (route) => routes.push(route),
+      forceStream: metrics?.forceStream,
     };
     const registry = new StepRegistry();
     registerBuiltinSteps(registry);

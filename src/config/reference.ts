@@ -120,7 +120,13 @@ export const STEPS: readonly StepSpec[] = [
   {
     type: 'decode',
     doc: 'Rewrites the client request into the decode request (EPP-Profile: decode) that Envoy forwards; the answer streams back through Envoy. Last step.',
-    params: [USE_OPENAI_FORMAT, KV_CONNECTOR],
+    params: [
+      USE_OPENAI_FORMAT,
+      KV_CONNECTOR,
+      { name: 'force_stream', type: 'bool', default: 'false', doc: 'Runs a non-streaming chat, completions, generate or responses request upstream as a streaming one and answers the client the JSON reassembled from the SSE (docs/force-stream.md). Requests with tools, functions or logprobs pass through.' },
+      { name: 'force_stream_buffer_size', type: 'size (`KiB`/`MiB`/`GiB`, `KB`/`MB`/`GB`, or bytes)', default: '"1GiB"', doc: 'Read only with `force_stream`. Process-wide bytes that buffered force-stream requests (generate, responses, n > 1) may reserve together; a request that does not fit passes through.' },
+      { name: 'force_stream_max_request_size', type: 'size', default: '"256KiB", or the buffer size when smaller', doc: 'Cap on one buffered request\'s reservation (16 bytes per output token, 256 per choice, 2048 base); above it the request passes through. Must not exceed `force_stream_buffer_size`.' },
+    ],
   },
   {
     type: 'prefill-decode',

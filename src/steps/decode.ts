@@ -4,10 +4,11 @@
  */
 import type { JsonObject, RequestContext } from '../pipeline/context';
 import { ParamReader } from '../pipeline/params';
-import type { Step, StepDeps, StepFactory, StepParams } from '../pipeline/step';
+import type { Step, StepDeps, StepFactory, StepOutcome, StepParams } from '../pipeline/step';
 import type { KvConnector } from '../connectors/kv';
 import { buildKvConnector } from '../connectors/kv';
 import { requireGateway } from './gateway-required';
+import { ForceStream, readForceStreamConfig } from './force-stream/force-stream';
 import {
   CONTENT_TYPE_JSON,
   HEADER_CONTENT_TYPE,
@@ -29,9 +30,11 @@ class DecodeStep implements Step {
   constructor(
     private readonly useOpenAIFormat: boolean,
     private readonly kv: KvConnector,
+    /** Set when `force_stream` is on (reference §12.3). */
+    private readonly forceStream: ForceStream | null = null,
   ) {}
 
-  async execute(ctx: RequestContext): Promise<void> {
+  async execute(ctx: RequestContext): Promise<StepOutcome> {
     // Prefill skipped (short prompt, or no prefill endpoint): decode computes the prompt itself, and
     // KV params would send the worker looking for blocks no prefill produced.
     const aggregated = ctx.disaggregation !== null && ctx.disaggregation !== 'disaggregated';
@@ -75,6 +78,13 @@ class DecodeStep implements Step {
       }
     }
 
+    if (this.forceStream) {
+      // A non-streaming request may run upstream as a streaming one, answered here; else the
+      // normal forwarded decode below.
+      const forced = await this.forceStream.run(ctx, body);
+      if (forced) return forced;
+    }
+
     ctx.decode = {
       headers: {
         [HEADER_EPP_PROFILE]: 'decode',
@@ -86,9 +96,11 @@ class DecodeStep implements Step {
 }
 
 export const createDecodeStep: StepFactory = (params: StepParams, deps: StepDeps): Step => {
-  requireGateway(DECODE_STEP, deps);
+  const gateway = requireGateway(DECODE_STEP, deps);
   const p = new ParamReader(DECODE_STEP, params);
   const useOpenAIFormat = p.bool('use_openai_format', true);
   const kv = buildKvConnector(p.string('kv_connector', ''), DECODE_STEP);
-  return new DecodeStep(useOpenAIFormat, kv);
+  const force = readForceStreamConfig(DECODE_STEP, p, params);
+  const forceStream = force ? new ForceStream(force, gateway, deps.gatewayTimeoutMs, deps.forceStream) : null;
+  return new DecodeStep(useOpenAIFormat, kv, forceStream);
 };
