@@ -1,11 +1,11 @@
 /** The force-stream SSE reassembler, SSE framing, budget and params (reference §12.3). */
-import { ParamReader } from '../../../src/pipeline/params';
-import { ReservationBudget, reservationBytes } from '../../../src/steps/force-stream/budget';
-import { ForceStreamError } from '../../../src/steps/force-stream/errors';
-import { choiceCount, isLossy, readForceStreamConfig, shapeForPath, tokenLimit } from '../../../src/steps/force-stream/force-stream';
-import { IncrementalReply } from '../../../src/steps/force-stream/incremental';
-import { Reassembler } from '../../../src/steps/force-stream/reassemble';
-import { sseFrames, type SseFrame } from '../../../src/steps/force-stream/sse';
+import { ParamReader } from '../../../../src/pipeline/params';
+import { ReservationBudget, reservationBytes } from '../../../../src/steps/force-stream/budget';
+import { ForceStreamError } from '../../../../src/steps/force-stream/errors';
+import { choiceCount, isLossy, readForceStreamConfig, shapeForPath, tokenLimit } from '../../../../src/steps/force-stream/force-stream';
+import { IncrementalReply } from '../../../../src/steps/force-stream/incremental';
+import { Reassembler } from '../../../../src/steps/force-stream/reassemble';
+import { sseFrames, type SseFrame } from '../../../../src/steps/force-stream/sse';
 
 async function* chunks(...parts: string[]): AsyncGenerator<Buffer> {
   for (const p of parts) yield Buffer.from(p);

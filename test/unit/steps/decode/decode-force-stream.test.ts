@@ -2,11 +2,11 @@
  * decode `force_stream` against a real HTTP worker on loopback (reference §12.3.10): what the
  * worker is sent, what the client is answered, and what is counted, on every path.
  */
-import { PooledSideCallClient } from '../../../src/gateway/client';
-import { CancelledError, TransportError } from '../../../src/pipeline/errors';
-import type { StepDeps, StepOutcome, StepParams, StepResponse } from '../../../src/pipeline/step';
-import { createDecodeStep } from '../../../src/steps/decode';
-import { FakeUpstream, makeCtx, useFakeUpstreams } from './fake-upstream';
+import { PooledSideCallClient } from '../../../../src/gateway/client';
+import { CancelledError, TransportError } from '../../../../src/pipeline/errors';
+import type { StepDeps, StepOutcome, StepParams, StepResponse } from '../../../../src/pipeline/step';
+import { createDecodeStep } from '../../../../src/steps/decode';
+import { FakeUpstream, makeCtx, useFakeUpstreams } from '../fake-upstream';
 
 const up = useFakeUpstreams();
 const { gateway } = up;
