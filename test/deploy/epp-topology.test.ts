@@ -22,7 +22,7 @@ import {
 } from '../../launch/epp-topology';
 import { ensureEnvoy } from '../../launch/envoy';
 
-type Json = Record<string, any>; // eslint-disable-line @typescript-eslint/no-explicit-any
+type Json = Record<string, any>;  
 
 const OPTS: TopologyOptions = {
   endpoints: [
