@@ -235,7 +235,7 @@ async function startCompareStack(phase: Phase, args: Args, say: (m: string) => v
       coordinatorConfig({
         ports: { public: envoy.publicPort, gateway, admin: 0, extProc: port.extProc, render: port.render, encode: port.prefill, prefill: port.prefill, decode: port.decode },
         kvConnector: 'kv-nixl',
-        logLevel: 1,
+        logLevel: 2,
       }),
     );
     const profile = args.cpuProfileDir ? ['--cpu-prof', `--cpu-prof-dir=${join(args.cpuProfileDir, phase)}`] : [];
@@ -252,12 +252,12 @@ async function startCompareStack(phase: Phase, args: Args, say: (m: string) => v
 
     let goPid: number | undefined;
     if (!args.ownSims) {
-      // The upstream e2e coordinatorConfigNIXL (real-peers.md §6.1), local addresses, warnings only.
+      // The upstream e2e coordinatorConfigNIXL (real-peers.md §6.1), local addresses, default log level.
       const goConfig = join(dir, 'go-coordinator.yaml');
       writeFileSync(
         goConfig,
         yaml.dump({
-          log_level: 1,
+          log_level: 2,
           server: { listen_addr: `127.0.0.1:${port.go}`, read_timeout: '30s', write_timeout: '120s', shutdown_timeout: '1s', max_request_body_size: 64 },
           gateway: { address: `http://127.0.0.1:${gateway}`, max_idle_conns_per_host: 100, idle_conn_timeout: '90s', timeout: '60s' },
           pipeline: {
@@ -463,7 +463,7 @@ async function main(): Promise<void> {
     setup: {
       body_mode: args.bodyMode,
       rounds: args.rounds,
-      pipeline: 'render (direct) -> prefill (via the Envoy gateway listener) -> decode; kv-nixl; both services at log level 1',
+      pipeline: 'render (direct) -> prefill (via the Envoy gateway listener) -> decode; kv-nixl; both services at log level 2 (info: nothing per request)',
       floor: 'client -> Envoy gateway listener (epp-profile: decode) -> decode worker',
       ours: 'client -> Envoy public listener -> epd-coordinator ext_proc -> decode worker (the answer bypasses the service)',
       go: 'client -> Go coordinator -> Envoy gateway listener -> decode worker (it copies the answer); no Envoy in front of it',
