@@ -20,8 +20,8 @@
  * the Go coordinator, and of Envoy, over the blocks of each setup: the robust figure here. Latency
  * and requests/s on a shared machine are noisy.
  *
- * `--own-sims` runs the repository's sim/ workers instead (no PEERS_BIN needed, no Go setup): for
- * profiling our service while the peers are not built. `--service-node PATH` runs our service on
+ * `--own-sims` runs the repository's sim/ workers instead of llm-d-inference-sim (PEERS_BIN still
+ * needs `coordinator`). `--service-node PATH` runs our service on
  * another node binary (Node 24). Writes bench/results/compare.json.
  */
 import { execFileSync, spawn } from 'node:child_process';
@@ -49,6 +49,7 @@ const INTS = {
   c8Requests: { flag: 'c8-requests', default: 48, min: 0, max: 100_000, note: 'realistic, concurrency 8; 0 = skip' },
   c32Requests: { flag: 'c32-requests', default: 128, min: 0, max: 100_000, note: 'realistic, concurrency 32; 0 = skip' },
   idleSeconds: { flag: 'idle-seconds', default: 10, min: 0, max: 600, note: 'idle CPU of each service; 0 = skip' },
+  warmup: { flag: 'warmup', default: 600, min: 0, max: 100_000, note: 'requests per setup before a phase is measured (JIT, pools)' },
 } as const;
 
 const MODEL = 'sim-model';
@@ -91,7 +92,7 @@ function parseArgs(argv: readonly string[]) {
     } else rest.push(argv[i]!);
   }
   if (rest.includes('--help') || rest.includes('-h')) {
-    process.stdout.write('compare: [--own-sims (our sim/ workers, no Go setup)] [--service-node PATH (node binary for our service)]\n');
+    process.stdout.write('compare: [--own-sims (our sim/ workers instead of llm-d-inference-sim)] [--service-node PATH (node binary for our service)]\n');
   }
   return { ...parseBenchArgs(rest, 'compare', join(REPO_ROOT, 'bench', 'results', 'compare.json'), INTS), ...extra };
 }
@@ -251,7 +252,7 @@ async function startCompareStack(phase: Phase, args: Args, say: (m: string) => v
     say(`${phase}: epd-coordinator (node ${execFileSync(args.serviceNode, ['--version'], { encoding: 'utf8' }).trim()}) pid ${ours.pid}`);
 
     let goPid: number | undefined;
-    if (!args.ownSims) {
+    {
       // The upstream e2e coordinatorConfigNIXL (real-peers.md §6.1), local addresses, default log level.
       const goConfig = join(dir, 'go-coordinator.yaml');
       writeFileSync(
@@ -374,13 +375,16 @@ async function runPhase(phase: Phase, cases: Case[], setups: Setup[], args: Args
   const out: Record<string, Record<string, SetupResult>> = {};
   let idle: Record<string, number> | null = null;
   try {
-    // Warm-up: JIT, pools, connections, for every case and setup.
-    for (const c of cases) {
-      for (const s of setups) {
-        const t: Tally = { samples: [], wallMs: 0, serviceCpu: 0, envoyCpu: 0, errors: 0, firstError: '' };
-        await runBlock({ ...c, path: stack.urls[s] + c.path }, s, stack, client, t, Math.min(c.requests, Math.max(c.concurrency * 2, 4)));
-        if (t.errors > 0) throw new Error(`warm-up failed: ${t.firstError}`);
-      }
+    // Warm-up until V8 has compiled the hot path (a few hundred functions, seconds of TurboFan work
+    // that would otherwise be billed to the first measured requests): non-streaming at concurrency
+    // 64, then a few of every case, for every setup.
+    for (const s of setups) {
+      const t: Tally = { samples: [], wallMs: 0, serviceCpu: 0, envoyCpu: 0, errors: 0, firstError: '' };
+      const warm: Case = { name: 'warmup', phase, path: stack.urls[s] + '/v1/chat/completions', body: chatBody(false), stream: false, concurrency: 64, requests: args.warmup, timeoutMs: 60_000 };
+      if (args.warmup > 0) await runBlock(warm, s, stack, client, t, args.warmup);
+      for (const c of cases) await runBlock({ ...c, path: stack.urls[s] + c.path }, s, stack, client, t, Math.min(c.requests, Math.max(c.concurrency, 2)));
+      if (t.errors > 0) throw new Error(`warm-up failed: ${t.firstError}`);
+      say(`${phase}: ${s} warmed up (${t.samples.length} requests)`);
     }
     if (args.idleSeconds > 0) {
       idle = await idleCpu(stack, args.idleSeconds);
@@ -423,21 +427,19 @@ function peerCommits(): Record<string, string> {
 async function main(): Promise<void> {
   const args = parseArgs(process.argv.slice(2));
   const say = (msg: string) => process.stdout.write(`bench: ${msg}\n`);
-  if (!args.ownSims) {
-    const peers = process.env['PEERS_BIN'];
-    if (!peers) {
-      process.stderr.write('bench compare: needs PEERS_BIN, a folder with the prebuilt `coordinator` and `llm-d-inference-sim` binaries (or --own-sims for our sim/ workers without the Go setup)\n');
-      process.exit(2);
-    }
-    const missing = ['coordinator', 'llm-d-inference-sim'].filter((b) => !existsSync(join(peers, b)));
-    if (missing.length > 0) {
-      process.stderr.write(`bench compare: PEERS_BIN=${peers} has no ${missing.join(', ')}\n`);
-      process.exit(2);
-    }
+  const peers = process.env['PEERS_BIN'];
+  if (!peers) {
+    process.stderr.write('bench compare: needs PEERS_BIN, a folder with the prebuilt `coordinator` (and `llm-d-inference-sim`, or pass --own-sims for our sim/ workers)\n');
+    process.exit(2);
+  }
+  const missing = ['coordinator', ...(args.ownSims ? [] : ['llm-d-inference-sim'])].filter((b) => !existsSync(join(peers, b)));
+  if (missing.length > 0) {
+    process.stderr.write(`bench compare: PEERS_BIN=${peers} has no ${missing.join(', ')}${args.ownSims ? '' : ' (--own-sims runs our sim/ workers instead)'}\n`);
+    process.exit(2);
   }
   ensureEnvoy();
   buildService(say);
-  const setups: Setup[] = args.ownSims ? ['floor', 'ours'] : ['floor', 'ours', 'go'];
+  const setups: Setup[] = ['floor', 'ours', 'go'];
   const chat = '/v1/chat/completions';
   const fast: Case[] = [];
   if (args.fastRequests > 0) fast.push({ name: 'nonstream_c8_fast', phase: 'fast', path: chat, body: chatBody(false), stream: false, concurrency: 8, requests: args.fastRequests, timeoutMs: 30_000 });
@@ -459,7 +461,7 @@ async function main(): Promise<void> {
     machine: machineDescription(['envoy 1.40.0 (--concurrency 1)', 'shared with other jobs: latency and req/s are noisy, CPU per request is the robust figure']),
     service_node: serviceNodeVersion,
     workers: args.ownSims ? 'sim/ (this repository)' : 'llm-d-inference-sim (PEERS_BIN), GOMAXPROCS=1, --force-dummy-tokenizer',
-    peer_commits: args.ownSims ? {} : peerCommits(),
+    peer_commits: peerCommits(),
     setup: {
       body_mode: args.bodyMode,
       rounds: args.rounds,
