@@ -42,14 +42,14 @@ type Phase = 'fast' | 'realistic';
 
 const INTS = {
   rounds: { flag: 'rounds', default: 3, min: 1, max: 100 },
-  fastRequests: { flag: 'fast-requests', default: 200, min: 0, max: 100_000, note: 'per setup and round, non-streaming at concurrency 8; 0 = skip' },
+  fastRequests: { flag: 'fast-requests', default: 300, min: 0, max: 100_000, note: 'per setup and round, non-streaming at concurrency 8; 0 = skip' },
   largeRequests: { flag: 'large-requests', default: 2, min: 0, max: 100, note: '20 MB generate, per setup and round; 0 = skip' },
   streamRequests: { flag: 'stream-requests', default: 128, min: 0, max: 100_000, note: 'streaming at concurrency 64, realistic; 0 = skip' },
   c1Requests: { flag: 'c1-requests', default: 6, min: 0, max: 10_000, note: 'realistic, concurrency 1; 0 = skip' },
   c8Requests: { flag: 'c8-requests', default: 48, min: 0, max: 100_000, note: 'realistic, concurrency 8; 0 = skip' },
   c32Requests: { flag: 'c32-requests', default: 128, min: 0, max: 100_000, note: 'realistic, concurrency 32; 0 = skip' },
   idleSeconds: { flag: 'idle-seconds', default: 10, min: 0, max: 600, note: 'idle CPU of each service; 0 = skip' },
-  warmup: { flag: 'warmup', default: 600, min: 0, max: 100_000, note: 'requests per setup before a phase is measured (JIT, pools)' },
+  warmup: { flag: 'warmup', default: 1500, min: 0, max: 100_000, note: 'requests per setup before a phase is measured (JIT, pools)' },
 } as const;
 
 const MODEL = 'sim-model';
@@ -414,6 +414,26 @@ async function runPhase(phase: Phase, cases: Case[], setups: Setup[], args: Args
   return { cases: out, idle_cpu_ms_per_s: idle };
 }
 
+/** The README table: one row per case and figure, one column per setup, and ours/go. */
+function markdownTable(...phases: Array<Record<string, Record<string, SetupResult>>>): string {
+  const rows = ['| case | figure | floor (Envoy only) | ours | Go coordinator | ours / Go |', '|---|---|---|---|---|---|'];
+  const f = (n: number | null | undefined) => (n === null || n === undefined ? '-' : String(n));
+  const ratio = (a: number | null | undefined, b: number | null | undefined) => (a && b ? (a / b).toFixed(2) : '-');
+  for (const phase of phases) {
+    for (const [name, r] of Object.entries(phase)) {
+      const [floor, ours, go] = [r['floor'], r['ours'], r['go']];
+      const fig = (label: string, pick: (x: SetupResult | undefined) => number | null | undefined) =>
+        rows.push(`| ${name} | ${label} | ${f(pick(floor))} | ${f(pick(ours))} | ${f(pick(go))} | ${ratio(pick(ours), pick(go))} |`);
+      fig('p50 ms', (x) => x?.p50);
+      fig('p99 ms', (x) => x?.p99);
+      fig('req/s', (x) => x?.rps);
+      fig('service CPU ms/req', (x) => x?.service_cpu_ms_per_request);
+      fig('Envoy CPU ms/req', (x) => x?.envoy_cpu_ms_per_request);
+    }
+  }
+  return rows.join('\n');
+}
+
 function peerCommits(): Record<string, string> {
   const f = join(process.env['PEERS_BIN'] ?? '', 'VERSIONS');
   const out: Record<string, string> = {};
@@ -481,6 +501,7 @@ async function main(): Promise<void> {
   mkdirSync(join(args.out, '..'), { recursive: true });
   writeFileSync(args.out, `${JSON.stringify(doc, null, 2)}\n`);
   say(`wrote ${args.out}`);
+  process.stdout.write(`\n${markdownTable(doc.fast, doc.realistic)}\n`);
   const errors = [...Object.values(fastOut.cases), ...Object.values(realOut.cases)].flatMap((c) => Object.values(c)).reduce((a, r) => a + r.errors, 0);
   if (errors > 0) throw new Error(`${errors} request(s) failed (see the lines above)`);
 }
