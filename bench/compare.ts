@@ -363,6 +363,8 @@ function result(setup: Setup, t: Tally): SetupResult {
 
 async function idleCpu(stack: Stack, seconds: number): Promise<Record<string, number>> {
   const pids: Record<string, number> = { ours: stack.pids.ours, envoy: stack.pids.envoy, ...(stack.pids.go ? { go: stack.pids.go } : {}) };
+  // Let the warm-up's deferred work (concurrent compiles, a GC, idle sockets closing) finish first.
+  await new Promise((r) => setTimeout(r, 3000));
   const before = Object.fromEntries(Object.entries(pids).map(([k, p]) => [k, cpuSeconds(p)]));
   await new Promise((r) => setTimeout(r, seconds * 1000));
   return Object.fromEntries(Object.entries(pids).map(([k, p]) => [k, round3(((cpuSeconds(p) - before[k]!) * 1000) / seconds)]));
