@@ -437,6 +437,7 @@ function markdownTable(...phases: Array<Record<string, Record<string, SetupResul
 }
 
 function peerCommits(): Record<string, string> {
+  // `<name> <commit>` lines, if whoever built the peers left them there.
   const f = join(process.env['PEERS_BIN'] ?? '', 'VERSIONS');
   const out: Record<string, string> = {};
   if (existsSync(f)) for (const line of readFileSync(f, 'utf8').split('\n')) {
