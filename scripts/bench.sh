@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# npm run bench [-- SUITE [suite options]]   (default suite: spine; suites: spine, large-body, conditional, compare;
+# npm run bench [-- SUITE [suite options]]   (default suite: spine; suites: spine, large-body, conditional, selective, compare;
 # `npm run bench -- spine --help`)
 #
 # Benchmarks run everything on 127.0.0.1 with free ports, so they can run next to `npm run stack`.
@@ -7,6 +7,7 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 bash scripts/ensure-deps.sh node envoy
+source scripts/node-env.sh   # Node 24 first on PATH (for every child process too)
 
 suite="spine"
 if [ $# -gt 0 ] && [[ "$1" != -* ]]; then
@@ -17,9 +18,10 @@ case "$suite" in
   spine) exec node --import tsx bench/spine.ts "$@" ;;
   large-body) exec node --import tsx bench/large-body.ts "$@" ;;
   conditional) exec node --import tsx bench/conditional.ts "$@" ;;
+  selective) exec node --import tsx bench/selective.ts "$@" ;;
   compare) exec node --import tsx bench/compare.ts "$@" ;;
   *)
-    echo "bench: unknown suite '$suite' (available: spine, large-body, conditional, compare)" >&2
+    echo "bench: unknown suite '$suite' (available: spine, large-body, conditional, selective, compare)" >&2
     exit 2
     ;;
 esac

@@ -4,20 +4,24 @@
  */
 import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { ensureEnvoy } from '../test/support/envoy';
-import { TestClient } from '../test/support/client';
-import { REPO_ROOT, type EnvoyBodyMode } from './envoy-bootstrap';
-import { checkPortsFree, PortsBusyError, startLocalStack, STACK_PORTS, type LocalStack } from './local-stack';
+import { runEppStackCommand } from '../launch/epp-stack';
+import { ensureEnvoy } from '../launch/envoy';
+import { TestClient } from '../launch/client';
+import { REPO_ROOT, type EnvoyBodyMode } from '../launch/envoy-bootstrap';
+import { checkPortsFree, PortsBusyError, startLocalStack, STACK_IMAGE_REQUEST, STACK_PORTS, type LocalStack } from '../launch/local-stack';
 
 const KV_CONNECTORS = ['kv-shared-storage', 'kv-nixl', 'kv-sglang'];
 const USAGE = `usage: npm run stack [-- --buffered] [-- --kv-connector ${KV_CONNECTORS.join('|')}] [-- --inter-token-latency-ms N]
-       [-- --no-conditional-decode]`;
+       [-- --no-conditional-decode]
+       npm run stack -- --epp BIN [--sim BIN] [--async BIN]   (the real llm-d EPP: docs/deploy-without-kubernetes.md)`;
 
 interface Args {
   bodyMode: EnvoyBodyMode;
   kvConnector: string;
   simArgs: string[];
   conditionalDecode: boolean;
+  /** Real peers for the no-Kubernetes topology (launch/epp-stack.ts). */
+  peers?: { epp?: string; sim?: string; async?: string };
 }
 
 function parseArgs(argv: string[]): Args {
@@ -27,6 +31,7 @@ function parseArgs(argv: string[]): Args {
     if (a === '--buffered') args.bodyMode = 'buffered';
     else if (a === '--full-duplex') args.bodyMode = 'full_duplex';
     else if (a === '--no-conditional-decode') args.conditionalDecode = false;
+    else if ((a === '--epp' || a === '--sim' || a === '--async') && argv[i + 1]) args.peers = { ...args.peers, [a.slice(2)]: argv[++i]! };
     else if (a === '--kv-connector' && KV_CONNECTORS.includes(argv[i + 1] ?? '')) args.kvConnector = argv[++i]!;
     else if (a === '--inter-token-latency-ms' && /^\d{1,6}$/.test(argv[i + 1] ?? '')) args.simArgs.push(a, argv[++i]!);
     else if (a === '-h' || a === '--help') {
@@ -64,6 +69,10 @@ function previousPids(): string {
 
 async function main(): Promise<void> {
   const args = parseArgs(process.argv.slice(2));
+  if (args.peers) {
+    if (!args.peers.epp) throw new Error('--sim and --async need --epp');
+    return runEppStackCommand({ ...args.peers, epp: args.peers.epp });
+  }
   const say = (msg: string) => process.stdout.write(`stack: ${msg}\n`);
 
   try {
@@ -103,6 +112,7 @@ async function main(): Promise<void> {
       kvConnector: args.kvConnector,
       simArgs: args.simArgs,
       conditionalDecode: args.conditionalDecode,
+      multimodal: true,
       say,
     });
   } catch (err) {
@@ -130,6 +140,11 @@ epd-coordinator stack is up (${args.bodyMode === 'buffered' ? 'BUFFERED' : 'FULL
       -d '${chat}'
     curl -sSN ${stack.publicUrl}/v1/chat/completions -H 'content-type: application/json' \\
       -d '${streamed}'
+
+  An image (replace-media-urls -> render -> encode -> prefill -> decode; the access log shows the
+  encode leg on the gateway listener, epp_profile "encode"):
+    curl -sS ${stack.publicUrl}/v1/chat/completions -H 'content-type: application/json' \\
+      -d '${STACK_IMAGE_REQUEST}'
 
 ${
     args.conditionalDecode

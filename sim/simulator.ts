@@ -10,6 +10,7 @@ import { completionReply } from './completion-replies';
 import { CONTROL_PREFIX, controlReply, MAX_CONTROL_BODY_BYTES } from './control-api';
 import { HttpError } from './errors';
 import { FaultTable } from './faults';
+import { RESPONSES_PATH, RESPONSES_RENDER_PATH, responsesAsChat, responsesReply } from './responses-api';
 import { Endpoint, generate } from './generation';
 import { parseJson, readBody } from './http-body';
 import { resolveOptions, SimulatorSettings } from './options';
@@ -28,8 +29,21 @@ const COMPLETION_PATHS: Readonly<Record<string, Endpoint>> = {
   '/v1/completions': 'completions',
   '/inference/v1/generate': 'generate',
 };
-const GET_PATHS = new Set(['/health', '/health/ready', '/v1/models']);
-const RENDER_PATHS = new Set(['/v1/chat/completions/render', '/v1/completions/render']);
+const GET_PATHS = new Set(['/health', '/health/ready', '/v1/models', '/metrics']);
+
+/**
+ * The vLLM gauges the llm-d EPP scrapes (an endpoint whose scrape fails is not counted as ready):
+ * an idle worker, so every endpoint scores alike.
+ */
+const METRICS_TEXT = Buffer.from(
+  ['vllm:num_requests_running', 'vllm:num_requests_waiting', 'vllm:kv_cache_usage_perc']
+    .map((m) => `# TYPE ${m} gauge\n${m} 0\n`)
+    .join(''),
+);
+function metricsReply(): Reply {
+  return { kind: 'buffered', status: 200, headers: { 'content-type': 'text/plain; version=0.0.4' }, body: METRICS_TEXT, delayMs: 0 };
+}
+const RENDER_PATHS = new Set(['/v1/chat/completions/render', '/v1/completions/render', RESPONSES_RENDER_PATH]);
 
 const MAX_MODELS_SEEN = 64;
 const MAX_MODEL_CHARS = 256;
@@ -45,12 +59,15 @@ function headersOf(req: IncomingMessage): Record<string, string> {
 }
 
 function faultReply(rule: FaultRule & { status: number }): Reply {
-  if (rule.body === undefined) return errorReply(rule.status, `simulated fault: HTTP ${rule.status}`);
+  if (rule.body === undefined) {
+    const reply = errorReply(rule.status, `simulated fault: HTTP ${rule.status}`);
+    return rule.headers ? { ...reply, headers: { ...reply.headers, ...rule.headers } } : reply;
+  }
   const isJson = parseJson(Buffer.from(rule.body)) !== undefined;
   return {
     kind: 'buffered',
     status: rule.status,
-    headers: { 'content-type': isJson ? 'application/json' : 'text/plain; charset=utf-8' },
+    headers: { 'content-type': isJson ? 'application/json' : 'text/plain; charset=utf-8', ...rule.headers },
     body: Buffer.from(rule.body),
     delayMs: 0,
   };
@@ -87,6 +104,9 @@ class SimulatorServer implements Simulator {
     });
     // Longer than the usual client idle timeouts, so a pooled connection is never closed under a request.
     this.server.keepAliveTimeout = 65_000;
+    // Node's default of 2000 raw header entries (1000 headers) was a silent cut on Node 20; Node 24
+    // answers 431. A worker that reads what the coordinator forwards (at most 1024 decoded headers).
+    this.server.maxHeadersCount = 4096;
   }
 
   get url(): string {
@@ -210,10 +230,12 @@ class SimulatorServer implements Simulator {
       return;
     }
     if (fault?.hang) return; // answered by nobody; the client or close() ends it
-    const reply =
+    let reply =
       fault?.status !== undefined
         ? faultReply(fault as FaultRule & { status: number })
         : this.gatedRoute(req, method, path, body, json, givenRequestId ?? randomUUID());
+    // Headers without a status decorate the normal answer (an EPP's response headers, say).
+    if (fault?.headers && fault.status === undefined) reply = { ...reply, headers: { ...reply.headers, ...fault.headers } };
     await this.send(res, reply, record, controller.signal, destroy, fault);
   }
 
@@ -267,10 +289,11 @@ class SimulatorServer implements Simulator {
 
   private route(method: string, path: string, body: Buffer, json: unknown, requestId: string): Reply {
     const endpoint = COMPLETION_PATHS[path];
-    const known = endpoint !== undefined || RENDER_PATHS.has(path) || GET_PATHS.has(path);
+    const known = endpoint !== undefined || path === RESPONSES_PATH || RENDER_PATHS.has(path) || GET_PATHS.has(path);
     if (!known) throw new HttpError(404, `no route for ${path}`);
     if (GET_PATHS.has(path)) {
       if (method !== 'GET') throw new HttpError(405, `${method} not allowed on ${path}`);
+      if (path === '/metrics') return metricsReply();
       return path === '/v1/models' ? jsonReply(200, this.models()) : jsonReply(200, {});
     }
     if (method !== 'POST') throw new HttpError(405, `${method} not allowed on ${path}`);
@@ -278,6 +301,11 @@ class SimulatorServer implements Simulator {
     const request = requireObjectBody(json);
     if (path === '/v1/chat/completions/render') return jsonReply(200, renderChat(request, requestId));
     if (path === '/v1/completions/render') return jsonReply(200, renderCompletions(request, requestId));
+    if (path === RESPONSES_RENDER_PATH) return jsonReply(200, renderChat(responsesAsChat(request), requestId));
+    if (path === RESPONSES_PATH) {
+      this.noteModel(request.model);
+      return responsesReply(generate('chat', responsesAsChat(request), requestId, this.settings), requestId, this.settings);
+    }
     this.noteModel(request.model);
     const gen = generate(endpoint, request, requestId, this.settings);
     return completionReply(endpoint, gen, requestId, this.settings);

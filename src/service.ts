@@ -5,10 +5,14 @@ import { startExtProcServer, type ExtProcServer } from './extproc/server';
 import { PooledSideCallClient, type SideCallClient } from './gateway/client';
 import { buildPipeline } from './pipeline/builder';
 import { PipelineHandler } from './pipeline/handler';
+import { parseForwardResponseHeaders } from './pipeline/response-headers';
+import { ConfigError } from './config/errors';
+import { headerPolicy, HeaderPolicyError, type HeaderPolicy } from './pipeline/header-policy';
 import { combineObservers } from './pipeline/observer';
 import { StepRegistry } from './pipeline/registry';
-import type { Route, Step, StepDeps } from './pipeline/step';
+import type { Route, StepDeps } from './pipeline/step';
 import { registerBuiltinSteps } from './steps';
+import { pipelineCoverage } from './steps/pipeline-coverage';
 import { HealthService, type DependencyCheck, type ReadinessCheck } from './observability/health';
 import { createLogger } from './observability/logger';
 import { CoordinatorMetrics } from './observability/metrics';
@@ -45,43 +49,26 @@ export interface RunningService {
   close(graceMs?: number): Promise<void>;
 }
 
-/** A side-call client that fails every call: for pipelines that configure no gateway. */
-function missingGateway(): SideCallClient {
-  const fail = async (): Promise<never> => {
-    throw new Error('gateway.address is not configured');
-  };
-  return { baseUrl: '', post: fail, postStreaming: fail, close: async () => {} };
-}
-
-/** Lifecycle hooks a step may have (the async broker's Redis); found by duck typing on the built steps. */
-interface StepLifecycle {
-  start?: () => Promise<void>;
-  ping?: () => Promise<boolean>;
-  ready?: () => Promise<boolean>;
-  close?: () => Promise<void>;
-}
-
-function lifecycleOf(step: Step): StepLifecycle {
-  const s = step as Step & Record<string, unknown>;
-  const fn = (name: string) => (typeof s[name] === 'function' ? (s[name] as (...a: unknown[]) => unknown).bind(step) : undefined);
-  return {
-    start: fn('start') as StepLifecycle['start'],
-    ping: fn('ping') as StepLifecycle['ping'],
-    ready: fn('ready') as StepLifecycle['ready'],
-    close: fn('close') as StepLifecycle['close'],
-  };
-}
-
 function named(check: () => Promise<boolean>, name: string): ReadinessCheck {
   Object.defineProperty(check, 'name', { value: name });
   return check;
+}
+
+/** `server.trusted_client_headers` as a policy; a name it cannot trust stops start-up. */
+function trustedHeaders(names: readonly string[]): HeaderPolicy {
+  try {
+    return headerPolicy(names);
+  } catch (err) {
+    if (err instanceof HeaderPolicyError) throw new ConfigError('server.trusted_client_headers', err.expected, err.header);
+    throw err;
+  }
 }
 
 /** Wires config -> side-call clients -> steps -> handler -> gRPC server (+ health, metrics, tracing), and starts listening. */
 export async function startService(config: AppConfig, opts: ServiceOptions = {}): Promise<RunningService> {
   const log = opts.log ?? createLogger(config.logLevel);
   // Certificates first: a bad file should stop start-up before anything connects anywhere.
-  const tls = serverCredentials(config.server.tls);
+  const tls = serverCredentials(config.server.tls, { log });
   const metrics = config.server.metricsAddr ? new CoordinatorMetrics() : undefined;
   const tracing = config.tracing ? new Tracing({ log, exporter: opts.spanExporter, sampler: opts.spanSampler }) : undefined;
   const sideCallObserver = combineSideCallObservers([metrics?.sideCalls, tracing?.sideCalls]);
@@ -92,7 +79,9 @@ export async function startService(config: AppConfig, opts: ServiceOptions = {})
     cleanups.length = 0;
   };
 
+  cleanups.push(async () => tls.close());
   try {
+    const policy = trustedHeaders(config.server.trustedClientHeaders);
     if (tracing) cleanups.push(() => tracing.shutdown());
     const clients: SideCallClient[] = [];
     cleanups.push(() => Promise.all(clients.map((c) => c.close())));
@@ -102,8 +91,8 @@ export async function startService(config: AppConfig, opts: ServiceOptions = {})
           idleTimeoutMs: config.gateway.idleConnTimeoutMs,
           observer: sideCallObserver,
         })
-      : missingGateway();
-    clients.push(gateway);
+      : undefined;
+    if (gateway) clients.push(gateway);
     const routes: Route[] = [];
     const deps: StepDeps = {
       gateway,
@@ -115,22 +104,24 @@ export async function startService(config: AppConfig, opts: ServiceOptions = {})
       gatewayTimeoutMs: config.gateway.timeoutMs,
       log,
       registerRoute: (route) => routes.push(route),
+      forceStream: metrics?.forceStream,
     };
     const registry = new StepRegistry();
     registerBuiltinSteps(registry);
     opts.registerSteps?.(registry);
     const steps = buildPipeline(config.pipeline, registry, deps);
+    const coverage = pipelineCoverage(config.pipeline.steps.map((s) => s.type));
+    for (const w of coverage.warnings) log.warn(w);
 
     const checks: ReadinessCheck[] = [...(opts.readinessChecks ?? [])];
     const dependencies: DependencyCheck[] = [];
     for (const step of steps) {
-      const life = lifecycleOf(step);
-      if (life.close) cleanups.push(life.close);
+      if (step.close) cleanups.push(() => step.close!());
       // A dependency that is down at start-up stops the service (exit 1), as upstream.
-      if (life.start) await life.start();
+      if (step.start) await step.start();
       // ready() gates readiness; ping() only reports a dependency (the async broker fails open).
-      if (life.ready) checks.push(named(life.ready, step.type));
-      else if (life.ping) dependencies.push({ name: step.type, check: life.ping });
+      if (step.ready) checks.push(named(() => step.ready!(), step.type));
+      else if (step.ping) dependencies.push({ name: step.type, check: () => step.ping!() });
     }
 
     const handler = new PipelineHandler({
@@ -138,7 +129,10 @@ export async function startService(config: AppConfig, opts: ServiceOptions = {})
       routes,
       maxBodyBytes: config.server.maxRequestBodyBytes,
       log,
+      forwardResponseHeaders: parseForwardResponseHeaders(config.pipeline.forwardResponseHeaders),
       observer: combineObservers([metrics, tracing].filter((o) => o !== undefined)),
+      headerPolicy: policy,
+      admit: coverage.admit,
     });
     const health = new HealthService({ checks, dependencies, intervalMs: opts.readinessIntervalMs, log });
     cleanups.push(async () => health.stopPolling());
@@ -162,6 +156,7 @@ export async function startService(config: AppConfig, opts: ServiceOptions = {})
       streamedResponses: config.server.streamedResponses,
       streamIdleTimeoutMs: config.server.streamIdleTimeoutMs,
       maxRequestHeaders: config.server.maxRequestHeaders,
+      sessionLimits: config.server.sessionLimits,
       log,
     });
     cleanups.push(async () => server.forceShutdown());
@@ -171,6 +166,7 @@ export async function startService(config: AppConfig, opts: ServiceOptions = {})
         port: server.port,
         address: config.server.listenAddr,
         tls: config.server.tls ? (tls.mutual ? 'mtls' : 'tls') : 'off',
+        tls_certificate: tls.mode,
         metrics_port: metricsServer?.port ?? null,
         tracing: config.tracing,
         steps: config.pipeline.steps.map((s) => s.type),

@@ -1,59 +1,17 @@
+import type { Logger } from 'pino';
+import { redactBody, redactHeaders } from '../pipeline/redact';
 import { Pool } from 'undici';
 import type { Dispatcher } from 'undici';
 import { deadline } from '../pipeline/deadline';
 import { readCapped } from './read-capped';
 import { CancelledError, TransportError, UPSTREAM_ERROR_BODY_CAP } from '../pipeline/errors';
+import type { SideCallBody, SideCallClient, SideCallOptions, SideCallResponse, StreamingSideCallResponse } from '../pipeline/side-call';
 
 /** A success body larger than this is refused: no side-call answer we read is legitimately bigger. */
 export const MAX_SIDE_CALL_RESPONSE_BYTES = 256 * 1024 * 1024;
 
-export interface SideCallOptions {
-  /** The step name used in errors and logs (`render`, `prefill`, `encode[2]`). */
-  readonly step: string;
-  /** Aborts the call when the client goes away. */
-  readonly signal: AbortSignal;
-  /** Time allowed until the response headers arrive. */
-  readonly headersTimeoutMs?: number;
-  /** Time allowed for the whole call, body included. */
-  readonly totalTimeoutMs?: number;
-  /** Statuses whose body is read in full; any other status reads at most 8 KiB (logs only). */
-  readonly okStatuses?: readonly number[];
-}
-
-export interface SideCallResponse {
-  readonly status: number;
-  readonly headers: Record<string, string>;
-  /** Full body for an ok status; at most {@link UPSTREAM_ERROR_BODY_CAP} bytes otherwise. */
-  readonly body: Buffer;
-}
-
-export interface StreamingSideCallResponse {
-  readonly status: number;
-  readonly headers: Record<string, string>;
-  /** The body as it arrives. Iterate it to the end, or call `cancel()`. */
-  readonly body: AsyncIterable<Buffer>;
-  cancel(): void;
-}
-
-/**
- * A request body: text, bytes, or bytes in parts. Parts are written in order, never concatenated
- * (a large body keeps its big strings as subarrays of the client's buffer).
- */
-export type SideCallBody = string | Buffer | readonly Buffer[];
-
-/** An HTTP client bound to one base URL (the gateway, or render's own address). */
-export interface SideCallClient {
-  readonly baseUrl: string;
-  post(path: string, headers: Record<string, string>, body: SideCallBody, opts: SideCallOptions): Promise<SideCallResponse>;
-  /** Like {@link post}, but hands the body over as it streams (conditional-decode hits). */
-  postStreaming(
-    path: string,
-    headers: Record<string, string>,
-    body: SideCallBody,
-    opts: SideCallOptions,
-  ): Promise<StreamingSideCallResponse>;
-  close(): Promise<void>;
-}
+// The port the pipeline defines (pipeline/side-call.ts); this module implements it.
+export type { SideCallBody, SideCallClient, SideCallOptions, SideCallResponse, StreamingSideCallResponse } from '../pipeline/side-call';
 
 /** How a side call ended: the HTTP status, or why there was none. */
 export type SideCallOutcome = number | 'error' | 'timeout' | 'cancelled';
@@ -190,11 +148,14 @@ export class PooledSideCallClient implements SideCallClient {
   }
 
   private async postUnobserved(path: string, headers: Record<string, string>, body: SideCallBody, opts: SideCallOptions): Promise<SideCallResponse> {
+    const trace = opts.log?.isLevelEnabled('trace') ? opts.log : undefined;
+    if (trace) this.traceRequest(trace, path, headers, body);
     const { res, signal, release } = await this.dispatch(path, headers, body, opts);
     const ok = (opts.okStatuses ?? [200]).includes(res.statusCode);
     try {
       const { data: buf, over } = await readCapped(res.body, ok ? MAX_SIDE_CALL_RESPONSE_BYTES : UPSTREAM_ERROR_BODY_CAP);
       if (ok && over) throw new TransportError(opts.step, 'response body too large');
+      if (trace) trace.trace({ status: res.statusCode, body: redactBody(buf) }, 'response body');
       return { status: res.statusCode, headers: flattenHeaders(res.headers), body: buf };
     } catch (err) {
       if (err instanceof TransportError) throw err;
@@ -211,6 +172,7 @@ export class PooledSideCallClient implements SideCallClient {
     opts: SideCallOptions,
   ): Promise<StreamingSideCallResponse> {
     const observation = this.observe(path, headers, opts);
+    if (opts.log?.isLevelEnabled('trace')) this.traceRequest(opts.log, path, observation?.headers ?? headers, body);
     let res: Dispatcher.ResponseData;
     let release: () => void;
     try {
@@ -229,6 +191,12 @@ export class PooledSideCallClient implements SideCallClient {
       body: stream as AsyncIterable<Buffer>,
       cancel: () => stream.destroy(),
     };
+  }
+
+  /** Upstream's gateway-client trace line: method, path, redacted headers (as sent) and body. */
+  private traceRequest(log: Logger, path: string, headers: Record<string, string>, body: SideCallBody): void {
+    const sent = { 'content-type': 'application/json', ...headers };
+    log.trace({ method: 'POST', path: this.basePath + path, headers: redactHeaders(sent), body: redactBody(body) }, 'request body');
   }
 
   async close(): Promise<void> {

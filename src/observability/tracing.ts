@@ -1,5 +1,5 @@
 /**
- * OpenTelemetry spans for `tracing: true` (reference §12.8): one server span per inference request
+ * OpenTelemetry spans for `tracing: true`: one server span per inference request
  * (child of the client's `traceparent`), one `pipeline` span, one span per step, one client span per
  * side call. The trace context travels as W3C headers, not through an async context manager:
  *
@@ -175,7 +175,7 @@ export class Tracing implements PipelineObserver {
       finished: (r) => {
         if (pipeline) {
           pipeline.setAttribute('llm_d.coordinator.pipeline.step_count', r.stepsStarted.length);
-          const exec = executionPath(r.stepsStarted);
+          const exec = executionPath(r.stepsStarted, r.disaggregation);
           if (exec) pipeline.setAttribute('llm_d.coordinator.pipeline.execution_path', exec);
           if (pipelineFailed || r.errorClass !== undefined) pipeline.setStatus({ code: SpanStatusCode.ERROR, message: r.errorClass ?? 'step failed' });
           pipeline.end();

@@ -5,8 +5,8 @@
  */
 import { request } from 'undici';
 import { RedisServer } from '../support/redis';
-import { TestAsyncProcessor } from '../support/async-processor';
-import { waitUntil } from '../support/ports';
+import { TestAsyncProcessor } from '../../launch/async-processor';
+import { waitUntil } from '../../launch/ports';
 import { defaultSteps, startStack, type Stack } from '../support/stack';
 import type { RecordedRequest } from '../../sim/simulator';
 import { envoyStatusCode } from '../../src/extproc/status';
@@ -60,6 +60,9 @@ beforeAll(async () => {
   stack = await startStack({
     // Prefill and decode take a little while, so concurrent requests overlap in the pipeline.
     simulator: { timeToFirstTokenMs: 300 },
+    // The processor's dispatches re-enter through the public listener with the fairness id it
+    // stamped; the header policy would remove it unless trusted (docs/hardening.md).
+    trustedClientHeaders: ['x-llm-d-inference-fairness-id'],
     steps: (urls) => [
       {
         type: 'async-broker',

@@ -89,7 +89,10 @@ describe('CRLF in headers a side call would forward (ext_proc level)', () => {
     await origin?.stop();
   });
 
-  it('drops the header from every side call; the request still succeeds; nothing is smuggled', async () => {
+  // The header policy (src/pipeline/header-policy.ts): a value the service would pass on must be
+  // visible ASCII, so the request is refused with a 400 naming the header, before any side call.
+  // (A bad x-request-id alone is replaced, never refused: see the next test.)
+  it('a control character in a header value is a 400 naming it; no side call runs, nothing is smuggled', async () => {
     const s = client.open();
     s.sendHeaders(
       [[':method', 'POST'], [':path', '/v1/completions'], ['x-request-id', 'ok\r\nx-injected: id'], ['x-keep', 'kept'], ...INJECTIONS],
@@ -97,10 +100,28 @@ describe('CRLF in headers a side call would forward (ext_proc level)', () => {
     );
     s.sendBody(Buffer.from(JSON.stringify({ model: 'm', prompt: 'hello', max_tokens: 2 })), true);
     const answer = await s.next();
+    expect(answer.response).toBe('immediate_response');
+    const ir = answer.immediate_response!;
+    expect(ir.status!.code).toBe('BadRequest');
+    const body = ir.body!.toString();
+    expect(JSON.parse(body).error.message).toMatch(/^header "x-crlf" has a value that is not visible ASCII \(request_id: [0-9a-f-]{36}\)$/);
+    expect(body).not.toContain('injected');
+    for (const v of Object.values(headerEntries(ir.headers))) expect(v).not.toMatch(/[\r\n\0]/);
+    s.end();
+    await s.rest();
+    expect(origin.heads).toHaveLength(0);
+  });
+
+  it('a bad x-request-id alone is replaced; the request still succeeds and the workers see no injected line', async () => {
+    const s = client.open();
+    s.sendHeaders([[':method', 'POST'], [':path', '/v1/completions'], ['x-request-id', 'ok\r\nx-injected: id'], ['x-keep', 'kept'], ['x-injected\r\nx-injected', 'name']], {
+      requestBodyMode: 'FULL_DUPLEX_STREAMED',
+    });
+    s.sendBody(Buffer.from(JSON.stringify({ model: 'm', prompt: 'hello', max_tokens: 2 })), true);
+    const answer = await s.next();
     expect(answer.response).toBe('request_headers');
     const set = headerEntries(answer.request_headers!.response!.header_mutation);
     for (const v of Object.values(set)) expect(v).not.toMatch(/[\r\n\0]/);
-    // The client's request id was not valid, so a fresh one was used.
     expect(set['x-request-id']).toMatch(/^[0-9a-f-]{36}$/);
     s.end();
     await s.rest();
@@ -109,7 +130,6 @@ describe('CRLF in headers a side call would forward (ext_proc level)', () => {
     for (const head of origin.heads) {
       const lines = head.split('\r\n');
       expect(lines.filter((l) => /^x-injected/i.test(l))).toEqual([]);
-      expect(head).not.toContain('smuggled');
       expect(lines).toContain('x-keep: kept');
       for (const line of lines) expect(line).not.toMatch(/[\r\n\0]/);
     }

@@ -2,7 +2,7 @@
  * A client can never address a worker role or a pod itself (issue #8, DESIGN §1): routing headers
  * it sends through the public listener never reach a worker as it sent them.
  */
-import { at, TestClient } from '../support/client';
+import { at, TestClient } from '../../launch/client';
 import { startStack, type Stack } from '../support/stack';
 
 const chat = { model: 'sim-model', messages: [{ role: 'user', content: 'route me' }], max_tokens: 3 };
@@ -64,7 +64,8 @@ describe.each(['full_duplex', 'buffered'] as const)('client routing headers (%s)
     expect(res.statusCode).toBe(200);
     expect(stack.sims.prefill.requests).toHaveLength(0);
     const seen = stack.sims.decode.requests[0]!;
-    expect(seen.headers).not.toHaveProperty('epp-profile');
+    // The service's own profile, as upstream's passthrough sets it; never the client's.
+    expect(seen.headers['epp-profile']).toBe('decode');
     expect(seen.headers).not.toHaveProperty('x-gateway-destination-endpoint');
   });
 

@@ -8,14 +8,14 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import pino from 'pino';
 import type { Logger } from 'pino';
-import type { EnvoyBodyMode } from '../../scripts/envoy-bootstrap';
+import type { EnvoyBodyMode } from '../../launch/envoy-bootstrap';
 import { startSimulator, type Simulator, type SimulatorOptions } from '../../sim/simulator';
 import { parseConfig, type AppConfig } from '../../src/config/config';
 import { createLogger } from '../../src/observability/logger';
 import { startService, type RunningService } from '../../src/service';
 import { AccessLog } from './access-log';
-import { EnvoyStartError, startEnvoy, type EnvoyHandle } from './envoy';
-import { freePort } from './ports';
+import { EnvoyStartError, startEnvoy, type EnvoyHandle } from '../../launch/envoy';
+import { freePort } from '../../launch/ports';
 
 export type Role = 'render' | 'encode' | 'prefill' | 'decode';
 export const ROLES: readonly Role[] = ['render', 'encode', 'prefill', 'decode'];
@@ -42,6 +42,10 @@ export interface StackOptions {
   /** Service log level (upstream verbosity 1-5); the log goes to `<dir>/service.log`. Default 2. */
   readonly logLevel?: number;
   readonly envoyLogLevel?: string;
+  /** `max_requests_per_connection` of Envoy's coordinator cluster (bootstrap default 500); 0 = none, as on a stock Envoy. */
+  readonly extProcStreamCap?: number;
+  /** `server.trusted_client_headers`. Default none. */
+  readonly trustedClientHeaders?: readonly string[];
   /** A whole coordinator config document instead of {@link stackConfigDoc} (given the addresses). */
   readonly configDoc?: (urls: { gateway: string; render: string }) => Record<string, unknown>;
 }
@@ -78,6 +82,7 @@ export function stackConfigDoc(opts: StackOptions, urls: { gateway: string; rend
       shutdown_timeout: '1s',
       // Loopback and an ephemeral port: the default (:9464 on every interface) would collide between suites.
       metrics_addr: '127.0.0.1:0',
+      ...(opts.trustedClientHeaders ? { trusted_client_headers: [...opts.trustedClientHeaders] } : {}),
     },
     gateway: { address: urls.gateway, timeout: opts.gatewayTimeout ?? '60s' },
     pipeline: {
@@ -133,6 +138,7 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
             prefillAddress: `127.0.0.1:${s.prefill.port}`,
             decodeAddress: `127.0.0.1:${s.decode.port}`,
             accessLogPath: join(dir, 'access.log'),
+            ...(opts.extProcStreamCap !== undefined ? { extProcStreamCap: opts.extProcStreamCap } : {}),
           },
         });
         break;
