@@ -28,12 +28,12 @@ import { execFileSync, spawn } from 'node:child_process';
 import { closeSync, existsSync, mkdirSync, openSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import yaml from 'js-yaml';
-import { REPO_ROOT } from '../scripts/envoy-bootstrap';
-import { buildService, coordinatorConfig } from '../scripts/local-stack';
-import { startChild, type Child } from '../scripts/supervise';
-import { ensureEnvoy, httpGet, startEnvoy, type EnvoyHandle } from '../test/support/envoy';
-import { freePort } from '../test/support/ports';
-import { TestClient } from '../test/support/client';
+import { REPO_ROOT } from '../launch/envoy-bootstrap';
+import { buildService, coordinatorConfig } from '../launch/local-stack';
+import { startChild, type Child } from '../launch/supervise';
+import { ensureEnvoy, httpGet, startEnvoy, type EnvoyHandle } from '../launch/envoy';
+import { freePort } from '../launch/ports';
+import { TestClient } from '../launch/client';
 import { parseBenchArgs } from './args';
 import { machineDescription, round3, summarize, type Summary } from './stats';
 
@@ -42,7 +42,13 @@ type Phase = 'fast' | 'realistic';
 
 const INTS = {
   rounds: { flag: 'rounds', default: 3, min: 1, max: 100 },
-  fastRequests: { flag: 'fast-requests', default: 300, min: 0, max: 100_000, note: 'per setup and round, non-streaming at concurrency 8; 0 = skip' },
+  fastRequests: {
+    flag: 'fast-requests',
+    default: 300,
+    min: 0,
+    max: 100_000,
+    note: 'per setup and round, non-streaming at concurrency 8; 0 = skip',
+  },
   largeRequests: { flag: 'large-requests', default: 2, min: 0, max: 100, note: '20 MB generate, per setup and round; 0 = skip' },
   streamRequests: { flag: 'stream-requests', default: 128, min: 0, max: 100_000, note: 'streaming at concurrency 64, realistic; 0 = skip' },
   c1Requests: { flag: 'c1-requests', default: 6, min: 0, max: 10_000, note: 'realistic, concurrency 1; 0 = skip' },
@@ -57,7 +63,12 @@ const MAX_TOKENS = 170;
 /** About 1 KB of prompt: ~170 words, so an echoing decode worker answers ~170 tokens. */
 const PROMPT = Array.from({ length: 170 }, (_, i) => ['alpha', 'beta', 'gamma', 'delta', 'omega'][i % 5]).join(' ');
 const chatBody = (stream: boolean): string =>
-  JSON.stringify({ model: MODEL, messages: [{ role: 'user', content: PROMPT }], max_tokens: MAX_TOKENS, ...(stream ? { stream: true } : {}) });
+  JSON.stringify({
+    model: MODEL,
+    messages: [{ role: 'user', content: PROMPT }],
+    max_tokens: MAX_TOKENS,
+    ...(stream ? { stream: true } : {}),
+  });
 
 const MB = 1_000_000;
 /** A generate body of about `bytes` (the shape of bench/large-body.ts): 4096 token ids and one image's kwargs_data. */
@@ -68,10 +79,16 @@ function generateBody(bytes: number): string {
     model: MODEL,
     token_ids: tokenIds,
     sampling_params: { max_tokens: 8 },
-    features: { mm_hashes: { image: ['bench-image-0'] }, mm_placeholders: { image: [{ offset: 8, length: 1024 }] }, kwargs_data: { image: [''] } },
+    features: {
+      mm_hashes: { image: ['bench-image-0'] },
+      mm_placeholders: { image: [{ offset: 8, length: 1024 }] },
+      kwargs_data: { image: [''] },
+    },
   };
   const fill = Math.max(0, bytes - JSON.stringify(skeleton).length);
-  skeleton.features.kwargs_data.image[0] = Buffer.alloc(Math.ceil((fill * 3) / 4), 0x5a).toString('base64').slice(0, fill);
+  skeleton.features.kwargs_data.image[0] = Buffer.alloc(Math.ceil((fill * 3) / 4), 0x5a)
+    .toString('base64')
+    .slice(0, fill);
   return JSON.stringify(skeleton);
 }
 
@@ -92,7 +109,9 @@ function parseArgs(argv: readonly string[]) {
     } else rest.push(argv[i]!);
   }
   if (rest.includes('--help') || rest.includes('-h')) {
-    process.stdout.write('compare: [--own-sims (our sim/ workers instead of llm-d-inference-sim)] [--service-node PATH (node binary for our service)]\n');
+    process.stdout.write(
+      'compare: [--own-sims (our sim/ workers instead of llm-d-inference-sim)] [--service-node PATH (node binary for our service)]\n',
+    );
   }
   return { ...parseBenchArgs(rest, 'compare', join(REPO_ROOT, 'bench', 'results', 'compare.json'), INTS), ...extra };
 }
@@ -134,7 +153,14 @@ interface Proc {
 }
 
 /** A Go peer: output to a log file, ready when `healthUrl` answers 200 (they print no fixed line). */
-async function startPolled(name: string, command: string, args: string[], logPath: string, healthUrl: string, env: NodeJS.ProcessEnv = {}): Promise<Proc> {
+async function startPolled(
+  name: string,
+  command: string,
+  args: string[],
+  logPath: string,
+  healthUrl: string,
+  env: NodeJS.ProcessEnv = {},
+): Promise<Proc> {
   const fd = openSync(logPath, 'a');
   const child = spawn(command, args, { stdio: ['ignore', fd, fd], detached: true, env: { ...process.env, ...env } });
   closeSync(fd);
@@ -186,7 +212,13 @@ async function startCompareStack(phase: Phase, args: Args, say: (m: string) => v
   };
   const realistic = phase === 'realistic';
   try {
-    const port = { render: await freePort(), prefill: await freePort(), decode: await freePort(), extProc: await freePort(), go: await freePort() };
+    const port = {
+      render: await freePort(),
+      prefill: await freePort(),
+      decode: await freePort(),
+      extProc: await freePort(),
+      go: await freePort(),
+    };
     const peers = process.env['PEERS_BIN'] ?? '';
     for (const role of ['render', 'prefill', 'decode'] as const) {
       const name = `sim-${role}-0`;
@@ -195,7 +227,20 @@ async function startCompareStack(phase: Phase, args: Args, say: (m: string) => v
         const c = await startChild({
           name,
           command: process.execPath,
-          args: ['--import', 'tsx', join(REPO_ROOT, 'sim', 'cli.ts'), '--port', String(port[role]), '--name', name, '--role', role, '--mode', 'echo', ...lat],
+          args: [
+            '--import',
+            'tsx',
+            join(REPO_ROOT, 'sim', 'cli.ts'),
+            '--port',
+            String(port[role]),
+            '--name',
+            name,
+            '--role',
+            role,
+            '--mode',
+            'echo',
+            ...lat,
+          ],
           cwd: REPO_ROOT,
           logPath: join(dir, `${name}.log`),
           ready: /^sim \S+ listening on /,
@@ -205,8 +250,26 @@ async function startCompareStack(phase: Phase, args: Args, say: (m: string) => v
         // real-peers.md §3.9: dummy tokenizer (no network), room for 20 MB bodies; no --host flag.
         const lat = realistic && role !== 'render' ? ['--time-to-first-token=20ms', '--inter-token-latency=5ms'] : [];
         const modeArgs = role === 'prefill' ? [] : ['--mode=echo'];
-        const simArgs = [`--model=${MODEL}`, `--port=${port[role]}`, '--force-dummy-tokenizer', '--max-model-len=131072', '--max-request-body-size-mb=64', '--max-num-seqs=1000', ...modeArgs, ...lat];
-        procs.push(await startPolled(name, join(peers, 'llm-d-inference-sim'), simArgs, join(dir, `${name}.log`), `http://127.0.0.1:${port[role]}/health`, { GOMAXPROCS: '1', POD_NAME: name }));
+        const simArgs = [
+          `--model=${MODEL}`,
+          `--port=${port[role]}`,
+          '--force-dummy-tokenizer',
+          '--max-model-len=131072',
+          '--max-request-body-size-mb=64',
+          '--max-num-seqs=1000',
+          ...modeArgs,
+          ...lat,
+        ];
+        procs.push(
+          await startPolled(
+            name,
+            join(peers, 'llm-d-inference-sim'),
+            simArgs,
+            join(dir, `${name}.log`),
+            `http://127.0.0.1:${port[role]}/health`,
+            { GOMAXPROCS: '1', POD_NAME: name },
+          ),
+        );
       }
       say(`${phase}: ${name} on 127.0.0.1:${port[role]}`);
     }
@@ -234,7 +297,16 @@ async function startCompareStack(phase: Phase, args: Args, say: (m: string) => v
     writeFileSync(
       oursConfig,
       coordinatorConfig({
-        ports: { public: envoy.publicPort, gateway, admin: 0, extProc: port.extProc, render: port.render, encode: port.prefill, prefill: port.prefill, decode: port.decode },
+        ports: {
+          public: envoy.publicPort,
+          gateway,
+          admin: 0,
+          extProc: port.extProc,
+          render: port.render,
+          encode: port.prefill,
+          prefill: port.prefill,
+          decode: port.decode,
+        },
         kvConnector: 'kv-nixl',
         logLevel: 2,
       }),
@@ -259,17 +331,33 @@ async function startCompareStack(phase: Phase, args: Args, say: (m: string) => v
         goConfig,
         yaml.dump({
           log_level: 2,
-          server: { listen_addr: `127.0.0.1:${port.go}`, read_timeout: '30s', write_timeout: '120s', shutdown_timeout: '1s', max_request_body_size: 64 },
+          server: {
+            listen_addr: `127.0.0.1:${port.go}`,
+            read_timeout: '30s',
+            write_timeout: '120s',
+            shutdown_timeout: '1s',
+            max_request_body_size: 64,
+          },
           gateway: { address: `http://127.0.0.1:${gateway}`, max_idle_conns_per_host: 100, idle_conn_timeout: '90s', timeout: '60s' },
           pipeline: {
             kv_connector: 'kv-nixl',
             ec_connector: 'ec-nixl',
             use_openai_format: true,
-            steps: [{ type: 'render', params: { address: `http://127.0.0.1:${port.render}`, timeout: '60s' } }, { type: 'prefill' }, { type: 'decode' }],
+            steps: [
+              { type: 'render', params: { address: `http://127.0.0.1:${port.render}`, timeout: '60s' } },
+              { type: 'prefill' },
+              { type: 'decode' },
+            ],
           },
         }),
       );
-      const go = await startPolled('go-coordinator', join(peers, 'coordinator'), ['--config', goConfig], join(dir, 'go-coordinator.log'), `http://127.0.0.1:${port.go}/healthz`);
+      const go = await startPolled(
+        'go-coordinator',
+        join(peers, 'coordinator'),
+        ['--config', goConfig],
+        join(dir, 'go-coordinator.log'),
+        `http://127.0.0.1:${port.go}/healthz`,
+      );
       procs.push(go);
       goPid = go.pid;
       say(`${phase}: Go coordinator pid ${go.pid} on 127.0.0.1:${port.go}`);
@@ -382,9 +470,19 @@ async function runPhase(phase: Phase, cases: Case[], setups: Setup[], args: Args
     // 64, then a few of every case, for every setup.
     for (const s of setups) {
       const t: Tally = { samples: [], wallMs: 0, serviceCpu: 0, envoyCpu: 0, errors: 0, firstError: '' };
-      const warm: Case = { name: 'warmup', phase, path: stack.urls[s] + '/v1/chat/completions', body: chatBody(false), stream: false, concurrency: 64, requests: args.warmup, timeoutMs: 60_000 };
+      const warm: Case = {
+        name: 'warmup',
+        phase,
+        path: stack.urls[s] + '/v1/chat/completions',
+        body: chatBody(false),
+        stream: false,
+        concurrency: 64,
+        requests: args.warmup,
+        timeoutMs: 60_000,
+      };
       if (args.warmup > 0) await runBlock(warm, s, stack, client, t, args.warmup);
-      for (const c of cases) await runBlock({ ...c, path: stack.urls[s] + c.path }, s, stack, client, t, Math.min(c.requests, Math.max(c.concurrency, 2)));
+      for (const c of cases)
+        await runBlock({ ...c, path: stack.urls[s] + c.path }, s, stack, client, t, Math.min(c.requests, Math.max(c.concurrency, 2)));
       if (t.errors > 0) throw new Error(`warm-up failed: ${t.firstError}`);
       say(`${phase}: ${s} warmed up (${t.samples.length} requests)`);
     }
@@ -393,7 +491,9 @@ async function runPhase(phase: Phase, cases: Case[], setups: Setup[], args: Args
       say(`${phase}: idle CPU ms/s ${JSON.stringify(idle)}`);
     }
     for (const c of cases) {
-      const tallies = Object.fromEntries(setups.map((s) => [s, { samples: [], wallMs: 0, serviceCpu: 0, envoyCpu: 0, errors: 0, firstError: '' } as Tally])) as Record<Setup, Tally>;
+      const tallies = Object.fromEntries(
+        setups.map((s) => [s, { samples: [], wallMs: 0, serviceCpu: 0, envoyCpu: 0, errors: 0, firstError: '' } as Tally]),
+      ) as Record<Setup, Tally>;
       for (let r = 0; r < args.rounds; r++) {
         const order = setups.map((_, i) => setups[(i + r) % setups.length]!);
         for (const s of order) await runBlock({ ...c, path: stack.urls[s] + c.path }, s, stack, client, tallies[s], c.requests);
@@ -440,10 +540,11 @@ function peerCommits(): Record<string, string> {
   // `<name> <commit>` lines, if whoever built the peers left them there.
   const f = join(process.env['PEERS_BIN'] ?? '', 'VERSIONS');
   const out: Record<string, string> = {};
-  if (existsSync(f)) for (const line of readFileSync(f, 'utf8').split('\n')) {
-    const m = /^(\S+)[\s=:]+(\S+)/.exec(line);
-    if (m) out[m[1]!] = m[2]!;
-  }
+  if (existsSync(f))
+    for (const line of readFileSync(f, 'utf8').split('\n')) {
+      const m = /^(\S+)[\s=:]+(\S+)/.exec(line);
+      if (m) out[m[1]!] = m[2]!;
+    }
   return out;
 }
 
@@ -452,12 +553,16 @@ async function main(): Promise<void> {
   const say = (msg: string) => process.stdout.write(`bench: ${msg}\n`);
   const peers = process.env['PEERS_BIN'];
   if (!peers) {
-    process.stderr.write('bench compare: needs PEERS_BIN, a folder with the prebuilt `coordinator` (and `llm-d-inference-sim`, or pass --own-sims for our sim/ workers)\n');
+    process.stderr.write(
+      'bench compare: needs PEERS_BIN, a folder with the prebuilt `coordinator` (and `llm-d-inference-sim`, or pass --own-sims for our sim/ workers)\n',
+    );
     process.exit(2);
   }
   const missing = ['coordinator', ...(args.ownSims ? [] : ['llm-d-inference-sim'])].filter((b) => !existsSync(join(peers, b)));
   if (missing.length > 0) {
-    process.stderr.write(`bench compare: PEERS_BIN=${peers} has no ${missing.join(', ')}${args.ownSims ? '' : ' (--own-sims runs our sim/ workers instead)'}\n`);
+    process.stderr.write(
+      `bench compare: PEERS_BIN=${peers} has no ${missing.join(', ')}${args.ownSims ? '' : ' (--own-sims runs our sim/ workers instead)'}\n`,
+    );
     process.exit(2);
   }
   ensureEnvoy();
@@ -465,14 +570,68 @@ async function main(): Promise<void> {
   const setups: Setup[] = ['floor', 'ours', 'go'];
   const chat = '/v1/chat/completions';
   const fast: Case[] = [];
-  if (args.fastRequests > 0) fast.push({ name: 'nonstream_c8_fast', phase: 'fast', path: chat, body: chatBody(false), stream: false, concurrency: 8, requests: args.fastRequests, timeoutMs: 30_000 });
-  if (args.largeRequests > 0) fast.push({ name: 'generate_20mb_c1', phase: 'fast', path: '/inference/v1/generate', body: generateBody(20 * MB), stream: false, concurrency: 1, requests: args.largeRequests, timeoutMs: 120_000 });
+  if (args.fastRequests > 0)
+    fast.push({
+      name: 'nonstream_c8_fast',
+      phase: 'fast',
+      path: chat,
+      body: chatBody(false),
+      stream: false,
+      concurrency: 8,
+      requests: args.fastRequests,
+      timeoutMs: 30_000,
+    });
+  if (args.largeRequests > 0)
+    fast.push({
+      name: 'generate_20mb_c1',
+      phase: 'fast',
+      path: '/inference/v1/generate',
+      body: generateBody(20 * MB),
+      stream: false,
+      concurrency: 1,
+      requests: args.largeRequests,
+      timeoutMs: 120_000,
+    });
   const real: Case[] = [];
-  for (const [c, n] of [[1, args.c1Requests], [8, args.c8Requests], [32, args.c32Requests]] as const) {
-    if (n > 0) real.push({ name: `nonstream_c${c}_realistic`, phase: 'realistic', path: chat, body: chatBody(false), stream: false, concurrency: c, requests: n, timeoutMs: 60_000 });
+  for (const [c, n] of [
+    [1, args.c1Requests],
+    [8, args.c8Requests],
+    [32, args.c32Requests],
+  ] as const) {
+    if (n > 0)
+      real.push({
+        name: `nonstream_c${c}_realistic`,
+        phase: 'realistic',
+        path: chat,
+        body: chatBody(false),
+        stream: false,
+        concurrency: c,
+        requests: n,
+        timeoutMs: 60_000,
+      });
   }
-  if (args.streamRequests > 0) real.push({ name: 'stream_c64_realistic', phase: 'realistic', path: chat, body: chatBody(true), stream: true, concurrency: 64, requests: args.streamRequests, timeoutMs: 60_000 });
-  if (args.c32Requests > 0) real.push({ name: 'stream_c32_realistic', phase: 'realistic', path: chat, body: chatBody(true), stream: true, concurrency: 32, requests: args.c32Requests, timeoutMs: 60_000 });
+  if (args.streamRequests > 0)
+    real.push({
+      name: 'stream_c64_realistic',
+      phase: 'realistic',
+      path: chat,
+      body: chatBody(true),
+      stream: true,
+      concurrency: 64,
+      requests: args.streamRequests,
+      timeoutMs: 60_000,
+    });
+  if (args.c32Requests > 0)
+    real.push({
+      name: 'stream_c32_realistic',
+      phase: 'realistic',
+      path: chat,
+      body: chatBody(true),
+      stream: true,
+      concurrency: 32,
+      requests: args.c32Requests,
+      timeoutMs: 60_000,
+    });
 
   const started = new Date().toISOString();
   const fastOut = await runPhase('fast', fast, setups, args, say);
@@ -481,14 +640,18 @@ async function main(): Promise<void> {
   const doc = {
     suite: 'compare',
     date: started,
-    machine: machineDescription(['envoy 1.40.0 (--concurrency 1)', 'shared with other jobs: latency and req/s are noisy, CPU per request is the robust figure']),
+    machine: machineDescription([
+      'envoy 1.40.0 (--concurrency 1)',
+      'shared with other jobs: latency and req/s are noisy, CPU per request is the robust figure',
+    ]),
     service_node: serviceNodeVersion,
     workers: args.ownSims ? 'sim/ (this repository)' : 'llm-d-inference-sim (PEERS_BIN), GOMAXPROCS=1, --force-dummy-tokenizer',
     peer_commits: peerCommits(),
     setup: {
       body_mode: args.bodyMode,
       rounds: args.rounds,
-      pipeline: 'render (direct) -> prefill (via the Envoy gateway listener) -> decode; kv-nixl; both services at log level 2 (info: nothing per request)',
+      pipeline:
+        'render (direct) -> prefill (via the Envoy gateway listener) -> decode; kv-nixl; both services at log level 2 (info: nothing per request)',
       floor: 'client -> Envoy gateway listener (epp-profile: decode) -> decode worker',
       ours: 'client -> Envoy public listener -> epd-coordinator ext_proc -> decode worker (the answer bypasses the service)',
       go: 'client -> Go coordinator -> Envoy gateway listener -> decode worker (it copies the answer); no Envoy in front of it',
@@ -505,7 +668,9 @@ async function main(): Promise<void> {
   writeFileSync(args.out, `${JSON.stringify(doc, null, 2)}\n`);
   say(`wrote ${args.out}`);
   process.stdout.write(`\n${markdownTable(doc.fast, doc.realistic)}\n`);
-  const errors = [...Object.values(fastOut.cases), ...Object.values(realOut.cases)].flatMap((c) => Object.values(c)).reduce((a, r) => a + r.errors, 0);
+  const errors = [...Object.values(fastOut.cases), ...Object.values(realOut.cases)]
+    .flatMap((c) => Object.values(c))
+    .reduce((a, r) => a + r.errors, 0);
   if (errors > 0) throw new Error(`${errors} request(s) failed (see the lines above)`);
 }
 

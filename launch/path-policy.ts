@@ -90,7 +90,11 @@ export function renderPublicRoutes(indent: string, bodyBufferLimit: string): str
   const lines: string[] = [];
   for (const m of allowedMatches()) {
     const [kind, value] = 'path' in m ? ['path', m.path] : ['prefix', m.prefix];
-    lines.push(`- match: { ${kind}: ${JSON.stringify(value)} }`, '  route: { cluster: decode_workers, timeout: 0s }', `  request_body_buffer_limit: ${bodyBufferLimit}`);
+    lines.push(
+      `- match: { ${kind}: ${JSON.stringify(value)} }`,
+      '  route: { cluster: decode_workers, timeout: 0s }',
+      `  request_body_buffer_limit: ${bodyBufferLimit}`,
+    );
   }
   lines.push(
     '# Everything else: refused by Envoy itself, before the coordinator or any worker sees it.',

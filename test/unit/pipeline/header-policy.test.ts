@@ -2,7 +2,13 @@
  * The header policy (issue #12): a client sets none of the headers the gateway, EPP or workers act
  * on unless the operator trusts it, and every header the service passes on is visible ASCII.
  */
-import { GATEWAY_HEADERS, headerPolicy, HeaderPolicyError, screenHeaders, DEFAULT_HEADER_POLICY } from '../../../src/pipeline/header-policy';
+import {
+  GATEWAY_HEADERS,
+  headerPolicy,
+  HeaderPolicyError,
+  screenHeaders,
+  DEFAULT_HEADER_POLICY,
+} from '../../../src/pipeline/header-policy';
 import { PipelineHandler } from '../../../src/pipeline/handler';
 import type { ForwardDecision } from '../../../src/pipeline/decision';
 import type { RequestContext } from '../../../src/pipeline/context';
@@ -24,10 +30,22 @@ describe('screenHeaders', () => {
   });
 
   test('the classification names the current and deprecated names the EPP reads', () => {
-    for (const h of ['x-llm-d-inference-fairness-id', 'x-gateway-inference-fairness-id', 'x-llm-d-inference-objective', 'x-gateway-inference-objective', 'x-gateway-priority', 'x-llm-d-slo-ttft-ms', 'x-slo-ttft-ms', 'x-llm-d-slo-tpot-ms', 'x-slo-tpot-ms', 'x-gateway-model-name']) {
+    for (const h of [
+      'x-llm-d-inference-fairness-id',
+      'x-gateway-inference-fairness-id',
+      'x-llm-d-inference-objective',
+      'x-gateway-inference-objective',
+      'x-gateway-priority',
+      'x-llm-d-slo-ttft-ms',
+      'x-slo-ttft-ms',
+      'x-llm-d-slo-tpot-ms',
+      'x-slo-tpot-ms',
+      'x-gateway-model-name',
+    ]) {
       expect(GATEWAY_HEADERS.get(h)).toBe('tenancy');
     }
-    for (const h of ['epp-profile', 'x-gateway-destination-endpoint', 'x-llm-d-pin-host-port', 'x-prefiller-host-port', 'prefer']) expect(GATEWAY_HEADERS.get(h)).toBe('routing');
+    for (const h of ['epp-profile', 'x-gateway-destination-endpoint', 'x-llm-d-pin-host-port', 'x-prefiller-host-port', 'prefer'])
+      expect(GATEWAY_HEADERS.get(h)).toBe('routing');
     for (const h of ['x-data-parallel-rank', 'x-peer-topology']) expect(GATEWAY_HEADERS.get(h)).toBe('transfer');
   });
 
@@ -40,7 +58,9 @@ describe('screenHeaders', () => {
   test('a surviving header with a byte outside visible ASCII is named; a removed one never counts', () => {
     const latin1 = '\xff'.repeat(100);
     expect(screenHeaders({ 'x-gateway-inference-fairness-id': latin1 }, DEFAULT_HEADER_POLICY).invalid).toBeUndefined();
-    expect(screenHeaders({ 'x-gateway-inference-fairness-id': latin1 }, headerPolicy(['x-gateway-inference-fairness-id'])).invalid).toBe('x-gateway-inference-fairness-id');
+    expect(screenHeaders({ 'x-gateway-inference-fairness-id': latin1 }, headerPolicy(['x-gateway-inference-fairness-id'])).invalid).toBe(
+      'x-gateway-inference-fairness-id',
+    );
     expect(screenHeaders({ 'user-agent': 'caf\xc3\xa9' }, DEFAULT_HEADER_POLICY).invalid).toBe('user-agent');
     expect(screenHeaders({ 'x-a': 'a\x01b' }, DEFAULT_HEADER_POLICY).invalid).toBe('x-a');
     expect(screenHeaders({ 'x-a': 'tab\there ~!' }, DEFAULT_HEADER_POLICY).invalid).toBeUndefined();
@@ -53,14 +73,24 @@ describe('screenHeaders', () => {
   });
 
   test('start-up refuses an untrustable name under the config key', async () => {
-    const config = parseConfig({ server: { listen_addr: '127.0.0.1:0', metrics_addr: 'off', trusted_client_headers: ['epp-profile'] } }, {});
+    const config = parseConfig(
+      { server: { listen_addr: '127.0.0.1:0', metrics_addr: 'off', trusted_client_headers: ['epp-profile'] } },
+      {},
+    );
     await expect(startService(config, { log: silentLogger() })).rejects.toThrow(ConfigError);
-    await expect(startService(config, { log: silentLogger() })).rejects.toThrow(/server\.trusted_client_headers: expected a header other than epp-profile/);
+    await expect(startService(config, { log: silentLogger() })).rejects.toThrow(
+      /server\.trusted_client_headers: expected a header other than epp-profile/,
+    );
   });
 
   test('the config key takes a YAML list or, from the environment, a comma-separated string', () => {
-    expect(parseConfig({ server: { trusted_client_headers: ['x-llm-d-slo-ttft-ms', 'X-SLO-TPOT-MS'] } }, {}).server.trustedClientHeaders).toEqual(['x-llm-d-slo-ttft-ms', 'x-slo-tpot-ms']);
-    expect(parseConfig({}, { COORDINATOR_SERVER_TRUSTED_CLIENT_HEADERS: 'x-llm-d-slo-ttft-ms, x-llm-d-slo-tpot-ms' }).server.trustedClientHeaders).toEqual(['x-llm-d-slo-ttft-ms', 'x-llm-d-slo-tpot-ms']);
+    expect(
+      parseConfig({ server: { trusted_client_headers: ['x-llm-d-slo-ttft-ms', 'X-SLO-TPOT-MS'] } }, {}).server.trustedClientHeaders,
+    ).toEqual(['x-llm-d-slo-ttft-ms', 'x-slo-tpot-ms']);
+    expect(
+      parseConfig({}, { COORDINATOR_SERVER_TRUSTED_CLIENT_HEADERS: 'x-llm-d-slo-ttft-ms, x-llm-d-slo-tpot-ms' }).server
+        .trustedClientHeaders,
+    ).toEqual(['x-llm-d-slo-ttft-ms', 'x-llm-d-slo-tpot-ms']);
     expect(parseConfig({}, {}).server.trustedClientHeaders).toEqual([]);
     expect(() => parseConfig({ server: { trusted_client_headers: [1] } }, {})).toThrow(ConfigError);
   });
@@ -69,7 +99,10 @@ describe('screenHeaders', () => {
 describe('PipelineHandler with the header policy', () => {
   let seen: Record<string, string>[] = [];
   const sideCall: Step = { type: 'prefill', execute: async (ctx: RequestContext) => void seen.push(ctx.forwardedHeaders()) };
-  const objective: Step = { type: 'async-broker', execute: async (ctx: RequestContext) => ctx.stampHeader('x-llm-d-inference-objective', 'reserved') };
+  const objective: Step = {
+    type: 'async-broker',
+    execute: async (ctx: RequestContext) => ctx.stampHeader('x-llm-d-inference-objective', 'reserved'),
+  };
   const decode: Step = {
     type: 'decode',
     execute: async (ctx: RequestContext) => {
@@ -77,7 +110,13 @@ describe('PipelineHandler with the header policy', () => {
       ctx.decode = { headers: { 'epp-profile': 'decode', 'x-request-id': ctx.requestId } };
     },
   };
-  const handler = (trusted: string[] = []) => new PipelineHandler({ steps: [objective, sideCall, decode], maxBodyBytes: 1024, log: silentLogger(), headerPolicy: headerPolicy(trusted) });
+  const handler = (trusted: string[] = []) =>
+    new PipelineHandler({
+      steps: [objective, sideCall, decode],
+      maxBodyBytes: 1024,
+      log: silentLogger(),
+      headerPolicy: headerPolicy(trusted),
+    });
   beforeEach(() => (seen = []));
 
   test('side calls never see a client gateway header; the forward removes them, keeping what the service sets', async () => {
@@ -96,23 +135,36 @@ describe('PipelineHandler with the header policy', () => {
   });
 
   test('a trusted SLO header reaches side calls and stays on the forward', async () => {
-    const ex = handler(['x-llm-d-slo-ttft-ms']).begin({ method: 'POST', path: '/v1/chat/completions', headers: { 'x-llm-d-slo-ttft-ms': '800', prefer: 'reserve-endpoint' } })!;
+    const ex = handler(['x-llm-d-slo-ttft-ms']).begin({
+      method: 'POST',
+      path: '/v1/chat/completions',
+      headers: { 'x-llm-d-slo-ttft-ms': '800', prefer: 'reserve-endpoint' },
+    })!;
     const d = (await ex.complete(Buffer.from('{}'))) as ForwardDecision;
     for (const h of seen) expect(h['x-llm-d-slo-ttft-ms']).toBe('800');
     expect(d.removeHeaders).toEqual(['prefer']);
   });
 
-  test.each([['POST', '/v1/chat/completions'], ['GET', '/v1/models']])('%s %s with a non-ASCII header value: 400 naming it, no step runs', async (method, path) => {
+  test.each([
+    ['POST', '/v1/chat/completions'],
+    ['GET', '/v1/models'],
+  ])('%s %s with a non-ASCII header value: 400 naming it, no step runs', async (method, path) => {
     const ex = handler().begin({ method, path, headers: { 'x-request-id': 'r-1', 'x-client-note': 'caf\xe9' } })!;
     // Refused from the head: the protocol layer sends this at once and reads no body.
     const d = ex.refused!;
     expect(d.status).toBe(400);
-    expect(JSON.parse((d.body as Buffer).toString()).error.message).toBe('header "x-client-note" has a value that is not visible ASCII (request_id: r-1)');
+    expect(JSON.parse((d.body as Buffer).toString()).error.message).toBe(
+      'header "x-client-note" has a value that is not visible ASCII (request_id: r-1)',
+    );
     expect(seen).toHaveLength(0);
   });
 
-  test('a pass-through request loses the client\'s gateway headers and gets the service\'s profile', async () => {
-    const ex = handler().begin({ method: 'GET', path: '/v1/models', headers: { 'x-gateway-inference-fairness-id': '\xff\xff', 'epp-profile': 'prefill', accept: 'application/json' } })!;
+  test("a pass-through request loses the client's gateway headers and gets the service's profile", async () => {
+    const ex = handler().begin({
+      method: 'GET',
+      path: '/v1/models',
+      headers: { 'x-gateway-inference-fairness-id': '\xff\xff', 'epp-profile': 'prefill', accept: 'application/json' },
+    })!;
     const d = (await ex.complete(Buffer.alloc(0))) as ForwardDecision;
     expect(d).toMatchObject({ kind: 'forward', removeHeaders: ['x-gateway-inference-fairness-id'], body: null });
     expect(d.setHeaders['epp-profile']).toBe('decode');
