@@ -1,3 +1,4 @@
+import './v8-tiering';
 import { loadConfig } from './config/config';
 import { ConfigError } from './config/errors';
 import { createLogger } from './observability/logger';
