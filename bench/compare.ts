@@ -185,7 +185,7 @@ async function startPolled(
     await waitHealthy(healthUrl, name, () => gone);
   } catch (err) {
     await proc.stop();
-    throw new Error(`${(err as Error).message}; see ${logPath}`);
+    throw new Error(`${(err as Error).message}; see ${logPath}`, { cause: err });
   }
   return proc;
 }
@@ -411,7 +411,7 @@ async function runBlock(c: Case, setup: Setup, stack: Stack, client: TestClient,
     while (issued < n) {
       issued++;
       const s = performance.now();
-      let err = '';
+      let err: string;
       try {
         const res = await client.post(c.path, c.body, { headers, timeoutMs: c.timeoutMs });
         err = check(c, res.status, res.text);
