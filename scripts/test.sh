@@ -15,4 +15,5 @@ fi
 # script skips Helm, saying so, without Go, and the tests that need it skip with the reason.
 bash charts/install-tools.sh || echo "[deps] chart tools incomplete; the Helm chart tests that need them will skip" >&2
 npx tsc -p tsconfig.json --noEmit
+npm run --silent lint   # ESLint and Prettier's check
 exec npx jest --ci "$@"

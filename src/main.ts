@@ -1,4 +1,3 @@
-import './v8-tiering';
 import { loadConfig } from './config/config';
 import { ConfigError } from './config/errors';
 import { createLogger } from './observability/logger';

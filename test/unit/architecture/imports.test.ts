@@ -165,3 +165,54 @@ describe('src/ import structure', () => {
     expect(upwardImports(g, LAYERS)).toEqual(['pipeline/b.ts -> gateway/c.ts', 'extproc/d.ts -> pipeline/a.ts']);
   });
 });
+
+/**
+ * The repository's own folders, one level up: src/ is the product and imports none of them; sim/
+ * (our worker simulator) stands alone; launch/ (the shared launchers: Envoy, the stacks, ports,
+ * the topology generator) serves scripts/, bench/ and test/ and imports only src/ and sim/; test/
+ * support code is for tests alone.
+ */
+const REPO = resolve(__dirname, '../../..');
+const REPO_LAYERS: Record<string, readonly string[]> = {
+  src: [],
+  sim: [],
+  launch: ['src', 'sim'],
+  scripts: ['launch', 'src', 'sim'],
+  bench: ['launch', 'src', 'sim'],
+  test: ['launch', 'src', 'sim', 'scripts', 'bench'],
+};
+
+function repoImportGraph(): Map<string, string[]> {
+  const graph = new Map<string, string[]>();
+  for (const top of Object.keys(REPO_LAYERS)) {
+    for (const file of sourceFiles(join(REPO, top))) {
+      const info = ts.preProcessFile(readFileSync(file, 'utf8'), true, true);
+      const targets: string[] = [];
+      for (const f of info.importedFiles) {
+        if (!f.fileName.startsWith('.')) continue;
+        const base = resolve(dirname(file), f.fileName);
+        const hit = [`${base}.ts`, join(base, 'index.ts'), base].find((c) => existsSync(c) && statSync(c).isFile());
+        if (hit) targets.push(relative(REPO, hit));
+      }
+      graph.set(relative(REPO, file), targets);
+    }
+  }
+  return graph;
+}
+
+describe('repository folder structure', () => {
+  const graph = repoImportGraph();
+
+  it('reads the real tree', () => {
+    expect(graph.get('scripts/stack.ts')).toEqual(expect.arrayContaining(['launch/local-stack.ts']));
+  });
+
+  it('each folder imports only the folders below it; nothing outside test/ imports test/', () => {
+    expect(upwardImports(graph, REPO_LAYERS)).toEqual([]);
+  });
+
+  it('the check catches an upward import', () => {
+    const g = new Map([['launch/envoy.ts', ['test/support/redis.ts']]]);
+    expect(upwardImports(g, REPO_LAYERS)).toEqual(['launch/envoy.ts -> test/support/redis.ts']);
+  });
+});
