@@ -1,7 +1,7 @@
 /**
  * Server credentials of the gRPC listener: plaintext h2c, TLS, or mTLS when a client CA is given;
  * a self-signed certificate when TLS is asked for without one; the key pair reloaded when its
- * files change (reference §12.7).
+ * files change, as upstream's inference listener does.
  *
  * The files are read and checked here, at start-up, so that a wrong path, a file that is not PEM or
  * a key that does not match the certificate stops the service with the config key in the message,

@@ -1,7 +1,7 @@
 /**
- * Upstream's TLS profile settings (reference §12.7) read as Node's TLS options: Go's
- * `tls_min_version` names and Go's cipher-suite names (as Kubernetes' cliflag accepts them),
- * translated to OpenSSL's. Unknown names stop start-up with upstream's messages.
+ * Upstream's TLS profile settings read as Node's TLS options: Go's `tls_min_version` names and Go's
+ * cipher-suite names (as Kubernetes' cliflag accepts them), translated to OpenSSL's. Unknown names
+ * stop start-up with upstream's messages.
  */
 import { ConfigError } from './errors';
 

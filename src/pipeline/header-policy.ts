@@ -1,6 +1,6 @@
 /**
  * What a client may send: the one list of headers that the gateway, the EPP or a worker acts on,
- * and the rule for every other header value the service passes on (DESIGN §3.8, issue #12).
+ * and the rule for every other header value the service passes on (issue #12).
  *
  * A client header is hostile until the operator trusts it (`server.trusted_client_headers`). An
  * untrusted one of the headers below is removed before any side call and from the request Envoy

@@ -1,6 +1,6 @@
 /**
  * Redaction of leg headers and bodies for the debug and trace logs, as upstream redacts them
- * (reference §5.10, `pkg/coordinator/common/httplog/redact.go` and `gateway.RedactBody`): what a
+ * (`pkg/coordinator/common/httplog/redact.go` and `gateway.RedactBody`): what a
  * log line shows is the structure of a leg, never a credential, an image or a prompt's bulk.
  * Called only when the level is on; nothing here runs on the normal path.
  */

@@ -1,5 +1,5 @@
 /**
- * Cross-phase response headers (upstream PR #2301, reference §12.10) and the topology header
+ * Cross-phase response headers (upstream PR #2301) and the topology header
  * (PRs #2319, #2365): headers a phase's answer carries that later phases' requests must carry too,
  * so an EPP can keep its decisions consistent across phases (a revision, a topology).
  */

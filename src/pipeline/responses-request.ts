@@ -1,7 +1,7 @@
 /**
- * What the pipeline refuses in an OpenAI Responses request before any step runs (reference
- * §12.9), as upstream: server-side state the router cannot honour (a stored conversation, a
- * background run, uploaded files) would be silently wrong if passed on to a worker.
+ * What the pipeline refuses in an OpenAI Responses request before any step runs, as upstream does:
+ * server-side state the router cannot honour (a stored conversation, a background run, uploaded
+ * files) would be silently wrong if passed on to a worker.
  */
 import type { JsonObject } from './context';
 import { BadRequestError } from './errors';

@@ -76,7 +76,7 @@ export interface StepDeps {
   readonly forceStream?: ForceStreamObserver;
 }
 
-/** What metrics learn of decode `force_stream` (reference §12.3.8). */
+/** What metrics learn of decode `force_stream` (upstream's `result` label values). */
 export interface ForceStreamObserver {
   result(modelName: string, result: 'forced' | 'fallback_budget' | 'fallback_unbounded' | 'fallback_unsupported' | 'error_ceiling'): void;
   /** Bytes currently reserved by buffered force-stream requests, after every change. */

@@ -52,7 +52,7 @@ export function buildConditionalDecodeBody(ctx: RequestContext, format: WireForm
       if (tokenIds && tokenIds.length > 0) body['prompt'] = tokenIds;
       break;
     case 'responses':
-      // §12.9: the client body unchanged.
+      // Responses: the client body unchanged.
       break;
     case 'generate':
       // Also the shape of a chat request under use_openai_format=false: unchanged.

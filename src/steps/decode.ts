@@ -30,7 +30,7 @@ class DecodeStep implements Step {
   constructor(
     private readonly useOpenAIFormat: boolean,
     private readonly kv: KvConnector,
-    /** Set when `force_stream` is on (reference §12.3). */
+    /** Set when `force_stream` is on (docs/force-stream.md). */
     private readonly forceStream: ForceStream | null = null,
   ) {}
 
@@ -58,7 +58,7 @@ class DecodeStep implements Step {
         break;
       }
       case 'responses':
-        // §12.9: the client body plus top-level KV params (and the image uuids set above).
+        // Responses: the client body plus top-level KV params (and the image uuids set above).
         if (kv) body['kv_transfer_params'] = kv;
         break;
       case 'completions':

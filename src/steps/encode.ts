@@ -74,7 +74,7 @@ export function buildEncodeBody(
   const hashes = { [MODALITY_IMAGE]: [entry.hash ?? ''] };
   const placeholders = { [MODALITY_IMAGE]: [{ offset: 1, length: entry.placeholder?.length ?? 0 }] };
   if (format === 'responses') {
-    // §12.9: the client's input_image part verbatim, as a one-part user input.
+    // Responses: the client's input_image part verbatim, as a one-part user input.
     const found = imageUrls[entry.index];
     const part = isJsonObject(found) ? found : { type: 'input_image', image_url: '' };
     const body: JsonObject = { model: ctx.model, input: [{ role: 'user', content: [part] }] };

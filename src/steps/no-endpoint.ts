@@ -4,7 +4,7 @@
  * may fall back to aggregated decode: falling back on saturation would push the prefill pool's
  * overload onto the decode pool exactly when the system is overloaded.
  *
- * The rule, from what the llm-d EPP answers (reference real-peers.md §0 and the EPP's error code):
+ * The rule, from what the llm-d EPP answers (checked against a real EPP and its error code):
  * - `429` + `x-llm-d-request-dropped-reason: rejected-saturated` + a body containing
  *   `no endpoints available for the given request`: the scheduler profile's filters left no
  *   candidate (e.g. the endpoints list has no pod with the prefill role). v0.10 and later.

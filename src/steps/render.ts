@@ -71,7 +71,7 @@ class RenderStep implements Step {
     if (path === GENERATE_PATH) return this.generate(ctx);
     if (path.includes(COMPLETIONS_PATH)) return this.completions(ctx);
     if (path.includes(CHAT_COMPLETIONS_PATH)) return this.chat(ctx, CHAT_COMPLETIONS_PATH);
-    // §12.9: `<render>/v1/responses/render`, answered in the chat render shape.
+    // Responses: `<render>/v1/responses/render`, answered in the chat render shape.
     if (path.includes(RESPONSES_PATH)) return this.chat(ctx, RESPONSES_PATH);
     ctx.log.info({ step: RENDER_STEP, path }, 'skipping render step');
   }

@@ -138,7 +138,7 @@ export function collectImageRefs(body: JsonObject): ImageRef[] {
 }
 
 /**
- * `input_image` parts of a Responses request (§12.9), in body order. Their `image_url` is the URL
+ * `input_image` parts of a Responses request, in body order. Their `image_url` is the URL
  * string itself; any other value there is a 400, as upstream.
  */
 function collectResponsesImageRefs(body: JsonObject): ImageRef[] {

@@ -1,7 +1,7 @@
 /**
- * The buffered path's memory bound (reference §12.3.3): one process-wide budget of bytes that
- * concurrent buffered force-stream requests reserve up front, from their token limit and choice
- * count, and release on every exit.
+ * The buffered path's memory bound, with upstream's reservation arithmetic: one process-wide
+ * budget of bytes that concurrent buffered force-stream requests reserve up front, from their
+ * token limit and choice count, and release on every exit.
  */
 
 export const BYTES_PER_TOKEN = 16;

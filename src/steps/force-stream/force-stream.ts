@@ -1,12 +1,12 @@
 /**
- * Decode `force_stream` (reference §12.3): a non-streaming client request runs upstream as a
+ * Decode `force_stream` (docs/force-stream.md): a non-streaming client request runs upstream as a
  * streaming one, and the SSE answer is reassembled into the client's JSON reply.
  *
  * Envoy cannot forward the rewritten request and hand us its response without response processing
  * on every request (Envoy ignores `mode_override` under FULL_DUPLEX_STREAMED, docs/force-stream.md),
- * so, as upstream's ext_proc counterpart (§12.3.9), the forced request is a side call through the
- * gateway and the reply is a local answer: whole for the buffered path, streamed for the
- * incremental one. Pass-through outcomes keep the normal forwarded decode.
+ * so the forced request is a side call through the gateway and the reply is a local answer: whole
+ * for the buffered path, streamed for the incremental one. Pass-through outcomes keep the normal
+ * forwarded decode.
  */
 import type { JsonObject, RequestContext } from '../../pipeline/context';
 import { ConfigError } from '../../config/errors';
@@ -97,7 +97,7 @@ export function isLossy(body: JsonObject): boolean {
 
 const isCount = (v: unknown): v is number => typeof v === 'number' && Number.isSafeInteger(v) && v >= 0;
 
-/** The token limit (§12.3.2), or `null` = unbounded. */
+/** The token limit: the first of the format's cap fields holding a non-negative integer, or `null` = unbounded. */
 export function tokenLimit(shape: StreamShape, body: JsonObject): number | null {
   const src = shape === 'generate' ? body['sampling_params'] : body;
   if (!isJsonObject(src)) return null;
@@ -320,7 +320,7 @@ async function* relay(
   }
 }
 
-/** Upstream status >= 400: that status, its content type and at most 8 KiB of its body (§12.3.4). */
+/** Upstream status >= 400: that status, its content type and at most 8 KiB of its body (upstream's error-body cap). */
 async function upstreamError(res: StreamingSideCallResponse): Promise<StepOutcome> {
   const parts: Buffer[] = [];
   let size = 0;

@@ -1,5 +1,5 @@
 /**
- * The incremental path (reference §12.3.6): a chat or text reply with one choice, written while
+ * The incremental path: a chat or text reply with one choice, written while
  * the frames arrive, holding one frame at a time. The envelope is captured until the first
  * non-empty content fragment; from there each fragment goes out JSON-escaped as Go escapes it.
  * The result parses equal to the buffered reply of the same frames.

@@ -1,7 +1,8 @@
 /**
- * Folds the SSE frames of a forced stream into the non-streaming JSON reply (reference §12.3.5 and
- * §12.3.7), for chat completions, completions (text), generate and responses. Pure: no I/O, no
- * Envoy; the caller feeds frames and compares {@link Reassembler.bufferedBytes} with its budget.
+ * Folds the SSE frames of a forced stream into the non-streaming JSON reply, in the shapes
+ * upstream's buffered path builds, for chat completions, completions (text), generate and
+ * responses. Pure: no I/O, no Envoy; the caller feeds frames and compares
+ * {@link Reassembler.bufferedBytes} with its budget.
  */
 import type { SseFrame } from './sse';
 
@@ -153,7 +154,7 @@ export class Reassembler {
     }
   }
 
-  /** The reply object (§12.3.7). */
+  /** The reply object, shaped per format as upstream shapes it. */
   result(): Obj {
     const sorted = [...this.choices.entries()].sort((a, b) => a[0] - b[0]);
     switch (this.shape) {

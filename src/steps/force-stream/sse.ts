@@ -1,6 +1,6 @@
 /**
- * SSE frames of a forced stream (reference §12.3.4): line based (LF or CRLF); only `data:` lines
- * count, their payload trimmed; empty payloads, `event:`, `id:`, comments and blank lines are
+ * SSE frames of a forced stream, read as upstream reads them: line based (LF or CRLF); only `data:`
+ * lines count, their payload trimmed; empty payloads, `event:`, `id:`, comments and blank lines are
  * ignored; `[DONE]` ends the stream; every other payload must be a JSON object. The end of the body
  * without `[DONE]` is a normal end. A line longer than `maxLineBytes` is a ceiling abort: nothing
  * unbounded is ever held.

@@ -2,7 +2,7 @@
  * Wire-format resolution: which body shape and which path a leg uses.
  */
 
-/** The body shapes the coordinator emits (`responses`: the OpenAI Responses API, reference §12.9). */
+/** The body shapes the coordinator emits (`responses`: the OpenAI Responses API). */
 export type WireFormat = 'chat' | 'completions' | 'responses' | 'generate';
 
 export const CHAT_COMPLETIONS_PATH = '/v1/chat/completions';

@@ -10,7 +10,7 @@ import { responsesImageParts } from './responses-input';
 export function injectImageUuids(ctx: RequestContext): void {
   const entries = ctx.multimodalEntries;
   if (ctx.originalPath.includes(RESPONSES_PATH)) {
-    // Responses (§12.9): positional over the input_image parts with a URL; surplus parts stay unstamped.
+    // Responses: positional over the input_image parts with a URL; surplus parts stay unstamped.
     let k = 0;
     for (const part of responsesImageParts(ctx.body)) {
       if (typeof part['image_url'] !== 'string') continue;

@@ -42,7 +42,7 @@ export function buildPrefillBody(
       return body;
     }
     case 'responses': {
-      // §12.9: the client body, capped to one stored-nowhere token, with our transfer params. No
+      // Responses: the client body, capped to one stored-nowhere token, with our transfer params. No
       // `tokens` field: the Responses endpoint re-renders the input itself.
       const body: JsonObject = { ...ctx.body };
       capSingleTokenOutput(body, format);

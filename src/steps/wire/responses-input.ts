@@ -1,5 +1,5 @@
 /**
- * The images of an OpenAI Responses request (reference §12.9): `input_image` parts inside
+ * The images of an OpenAI Responses request: `input_image` parts inside
  * `input[].content[]`, whose `image_url` is the URL string itself (a `detail` sibling is kept).
  */
 import type { JsonObject } from '../../pipeline/context';

@@ -9,7 +9,7 @@ import { isJsonObject } from './json';
  * always top-level. `min_tokens` is removed rather than clamped so it can never exceed the cap.
  * `max_completion_tokens` is capped only if present, never added; `max_output_tokens` is left
  * alone for the other formats, as upstream; a Responses body gets `max_output_tokens: 1` and
- * `store: false` instead (§12.9).
+ * `store: false` instead, as upstream's Responses support does.
  *
  * Mutates `body` (and, for generate, its `sampling_params` object) and returns the object the
  * token limits were written to.
