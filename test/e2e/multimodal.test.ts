@@ -255,7 +255,7 @@ describe.each(['full_duplex', 'buffered'] as const)('multimodal through Envoy (%
       do_remote_prefill: false,
     });
     expect(Object.keys(at(pre!.json, 'sampling_params', 'extra_args', 'ec_transfer_params') as object)).toEqual([hash]);
-    // Decode keeps the chat path, shaped as generate (Q1).
+    // Decode keeps the chat path, shaped as generate, as upstream.
     expect(dec!.path).toBe('/v1/chat/completions');
     expect(at(dec!.json, 'sampling_params', 'extra_args', 'kv_transfer_params', 'do_remote_prefill')).toBe(true);
   });

@@ -1,5 +1,5 @@
 /**
- * `POST /v1/responses` through the real Envoy (issue #15 item 2, reference §12.9): render ->
+ * `POST /v1/responses` through the real Envoy (issue #15 item 2): render ->
  * prefill -> decode with the Responses wire on every leg, streaming and not, and the same error
  * mapping as chat. The simulators answer the Responses API.
  */

@@ -1,7 +1,7 @@
 /**
  * kv-sglang end to end (issue #8, llm-d-router #2974). Why upstream's serial kv-sglang is broken,
- * from the reference (§4.1, Q11, §12.4) and the simulator (sim/transfer-params.ts echoes only the
- * bootstrap fields a request carries):
+ * from upstream's kv-sglang connector (`pkg/coordinator/connectors/kv`) and the simulator
+ * (sim/transfer-params.ts echoes only the bootstrap fields a request carries):
  *  1. an SGLang prefill holds its answer until the decode peer connects to its bootstrap server, so
  *     "prefill, wait for the answer, then decode" waits until the gateway timeout;
  *  2. decode must know which prefill pod to connect to, but the serial flow never sends

@@ -1,7 +1,7 @@
 /**
  * The fault matrix (issue #8), through the real Envoy: every phase (media download, render, encode,
  * prefill, decode) x every fault (4xx, 5xx, connect refused, timeout, hang, reset mid-body, slow
- * body). Each cell checks the status the reference specifies (§5.5, Q7, Q16), an OpenAI-style error
+ * body). Each cell checks the status upstream's classifier gives (`classifyPipelineError`), an OpenAI-style error
  * body with no upstream text, no unhandled rejection, and the service back at 0 streams in flight.
  *
  * Not in the matrix: conditional-decode (not registered in src/steps/index.ts yet; its probe shares
@@ -30,13 +30,14 @@ const GATEWAY_TIMEOUT_MS = 1000;
 
 /**
  * What the client gets. `error`: our OpenAI error with that status. `relay`: the decode worker's
- * own answer passes through Envoy (reference Q16). `ok`: 200 and the right content. `aborted`: the
+ * own answer passes through Envoy (upstream relays decode's answer verbatim too). `ok`: 200 and the right content. `aborted`: the
  * client's connection is cut (a decode stream that broke after its headers).
  */
 type Expect = { error: number } | { relay: number } | 'ok' | 'aborted' | 'client-timeout';
 
 const EXPECTED: Record<Phase, Record<Fault, Expect>> = {
-  // Q7: every download failure that is not a guard or size violation is a 502.
+  // As upstream: every download failure that is not a guard or size violation is a 502 (the
+  // image host's problem, not the client's).
   media: {
     '4xx': { error: 502 },
     '5xx': { error: 502 },

@@ -3,7 +3,7 @@
  * field the steps read, huge and deep values, invalid UTF-8, byte damage) with odd headers, and raw
  * HTTP/1.1 requests Envoy's parser has to judge (bare CR, NUL, obs-fold, oversized and too many
  * headers). The answer is never a crash (the stack still serves afterwards), never a 5xx for a
- * client error (a request invalid per the reference gets its 4xx), and memory stays bounded.
+ * client error (a request upstream would refuse gets its 4xx), and memory stays bounded.
  *
  * Seeded and sized by test/fuzz/support/settings.ts.
  */
@@ -18,7 +18,7 @@ import { fuzzParameters, fuzzTimeout, shortReport } from './support/settings';
 const MAX_BODY_MB = 1;
 const MAX_BODY_BYTES = MAX_BODY_MB * 1024 * 1024;
 
-/** What the reference says a body deserves before any step runs: 413, 400, or "up to the steps". */
+/** What a body deserves before any step runs, as upstream judges it: 413, 400, or "up to the steps". */
 function expectedFor(body: Buffer): 413 | 400 | 'steps' {
   if (body.length > MAX_BODY_BYTES) return 413;
   let value: unknown;

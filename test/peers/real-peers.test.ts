@@ -4,9 +4,9 @@
  * llm-d-inference-sim as encode / prefill / decode / render, and the real llm-d-async with Redis.
  * The binaries come prebuilt from $PEERS_BIN; without them the suite is skipped and says why.
  *
- * Versions this suite was written and run against (reference/real-peers.md version rule): llm-d-router
- * main ebab6879 (`epp`, `coordinator`), llm-d-inference-sim main eec055a3 (against llm-d-router
- * v0.10.0), llm-d-async main 5de949b, Envoy 1.40.0, redis-server 7.0.
+ * Versions this suite was written and run against: llm-d-router main ebab6879 (`epp`,
+ * `coordinator`), llm-d-inference-sim main eec055a3 (against llm-d-router v0.10.0), llm-d-async
+ * main 5de949b, Envoy 1.40.0, redis-server 7.0.
  *
  * Every case checks what the peers saw: the simulators' `--log-http` blocks (one per leg, with the
  * request id) and Envoy's access log (`upstream=` is the EPP's pick), not only the client's status.

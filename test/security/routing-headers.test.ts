@@ -1,5 +1,5 @@
 /**
- * A client can never address a worker role or a pod itself (issue #8, DESIGN §1): routing headers
+ * A client can never address a worker role or a pod itself (issue #8): routing headers
  * it sends through the public listener never reach a worker as it sent them.
  */
 import { at, TestClient } from '../../launch/client';

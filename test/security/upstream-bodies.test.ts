@@ -1,10 +1,10 @@
 /**
- * Upstream error bodies never reach the client (issue #8, reference §5.5): whatever a render,
+ * Upstream error bodies never reach the client (issue #8): whatever a render,
  * encode, prefill worker or an image host answers on failure (plain text, HTML, an OpenAI-style
  * JSON error of its own, a megabyte of it), the client gets our error body with our message.
  *
  * The one exception is decode: it is the request Envoy forwards, and its answer (error or not)
- * streams back through Envoy untouched (reference Q16); the last test pins that down.
+ * streams back through Envoy untouched, as upstream relays it; the last test pins that down.
  */
 import { at, TestClient } from '../../launch/client';
 import { startStack, type Role, type Stack } from '../support/stack';
@@ -79,7 +79,7 @@ describe('upstream error bodies', () => {
     });
   });
 
-  it.each([403, 404, 500])('an image host answering %d with a body: 502 and none of its body (Q7)', async (status) => {
+  it.each([403, 404, 500])('an image host answering %d with a body: 502 and none of its body', async (status) => {
     images.on('/img.png', (_req, res) =>
       res.writeHead(status, { 'content-type': 'text/html', 'x-host-secret': UPSTREAM_SECRET }).end(BODIES[1]),
     );

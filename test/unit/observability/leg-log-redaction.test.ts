@@ -1,4 +1,4 @@
-/** Leg-log redaction as upstream redacts (reference §5.10), and Go duration strings for `pipeline step timings`. */
+/** Leg-log redaction as upstream redacts (`pkg/coordinator/common/httplog/redact.go`), and Go duration strings for `pipeline step timings`. */
 import { redactBody, redactHeaders } from '../../../src/pipeline/redact';
 import { goDuration } from '../../../src/pipeline/go-duration';
 

@@ -1,5 +1,5 @@
 /**
- * TLS parity with upstream (issue #15 item 5, reference §12.7), with real TLS clients on loopback:
+ * TLS parity with upstream (issue #15 item 5), with real TLS clients on loopback:
  * `server.cert_path` reloaded on change without dropping open streams, `tls_min_version`,
  * `tls_cipher_suites`, the self-signed default of `secure_serving: true`, the upstream aliases.
  */

@@ -1,4 +1,4 @@
-/** Steps chained as a pipeline would run them, against real local HTTP fakes (reference §9.12 flows). */
+/** Steps chained as a pipeline would run them, against real local HTTP fakes (upstream's flow tests). */
 import { nixlEc } from '../../../src/connectors/ec';
 import { StepRegistry } from '../../../src/pipeline/registry';
 import { runPipeline } from '../../../src/pipeline/executor';

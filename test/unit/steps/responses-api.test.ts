@@ -1,5 +1,5 @@
 /**
- * `POST /v1/responses` through the pipeline (issue #15 item 2, reference §12.9): the request
+ * `POST /v1/responses` through the pipeline (issue #15 item 2): the request
  * checks before the pipeline, and the render, encode, prefill, conditional-decode and decode wire.
  * Side calls reach real local HTTP servers.
  */
@@ -91,7 +91,7 @@ describe('Responses: requests refused before the pipeline', () => {
 });
 
 describe('Responses: the legs', () => {
-  it('render -> prefill -> decode: paths and bodies as §12.9', async () => {
+  it('render -> prefill -> decode: paths and bodies of the Responses wire', async () => {
     renderService.respond = () => ({ body: renderAnswer });
     gateway.respond = () => ({
       body: {

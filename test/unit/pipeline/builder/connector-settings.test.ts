@@ -1,5 +1,5 @@
 /**
- * `pipeline.dp_size` and `pipeline.kv_connector_params` (reference §4.4, §12.10): set once for the
+ * `pipeline.dp_size` and `pipeline.kv_connector_params` (upstream PR #2480 and later revisions): set once for the
  * pipeline, seen on the prefill leg's wire, and overridden by a step's own settings.
  */
 import { parseConfig } from '../../../../src/config/config';

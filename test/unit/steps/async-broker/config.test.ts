@@ -134,7 +134,7 @@ describe('deadlines (TestAsyncBrokerDeadlineClamping)', () => {
     expect(resolveTimeoutSeconds('wait', none, '1000000')).toBe(3600);
     expect(resolveTimeoutSeconds('wait', { defaultSeconds: 7200, maxSeconds: 0 }, '1000000')).toBe(7200);
   });
-  test('absurd values are capped at a year rather than overflowing (A5)', () => {
+  test('absurd values are capped at a year rather than overflowing', () => {
     expect(resolveTimeoutSeconds('enqueue', none, '9223372036854775807')).toBe(365 * 24 * 3600);
   });
   test.each([

@@ -1,5 +1,5 @@
 /**
- * Redis going away and coming back (reference async-broker.md §6.1): passthrough fails open, queued
+ * Redis going away and coming back (docs/async-broker.md): passthrough fails open, queued
  * modes answer 503 with the fixed text, the routes answer 500, and everything heals after a restart.
  */
 import { waitUntil } from '../../../../launch/ports';

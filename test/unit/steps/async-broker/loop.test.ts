@@ -244,7 +244,7 @@ test('a result past its fetch grace -> 410', async () => {
   expect((await route(routes, 'GET', '/v1/requests/grace-1', { 'x-team': 'acme' })).status).toBe(410);
 });
 
-test('a deadline passed while queued: no dispatch, no result, GET -> 410 (A2)', async () => {
+test('a deadline passed while queued: no dispatch, no result, GET -> 410', async () => {
   const { step, routes } = build({ redis_url: redisNotify.url(), wakeup_mode: 'poll' });
   await respond(step, post('enqueue', 'old-1', { 'x-request-timeout-seconds': '1' }).ctx);
   const [member] = await redis.zrange('request-sortedset', 0, -1);

@@ -387,7 +387,7 @@ describe('routes (TestAsyncBrokerRoutes, TestAsyncBrokerFetchGraceConfig)', () =
       502,
       { message: 'Failed to send', type: 'api_error', code: 'INFERENCE_ERROR' },
     ],
-    ['tier-priority drop (A7)', { payload: '{"error": "Too Many Requests", "code": 429}' }, 502, { message: '', type: 'api_error' }],
+    ['tier-priority gate drop', { payload: '{"error": "Too Many Requests", "code": 429}' }, 502, { message: '', type: 'api_error' }],
     [
       'status out of range',
       { status_code: 999, payload: 'x' },

@@ -1,5 +1,5 @@
 /**
- * The Redis contract with llm-d-async, byte for byte (reference async-broker.md §1, §8): the submit
+ * The Redis contract with llm-d-async, byte for byte (llm-d-async's producer and Lua scripts): the submit
  * transaction, key names, envelope fields and types, score, token, TTLs, and the Lua scripts.
  */
 import { buildEnvelope } from '../../../../src/steps/async-broker/envelope';
@@ -66,7 +66,7 @@ describe('envelope', () => {
     expect(() => buildEnvelope({ ...input, deadline: 2.5 })).toThrow(/integer/);
   });
 
-  test('an enqueue writes exactly the three keys, with the reference TTLs, score and token', async () => {
+  test('an enqueue writes exactly the three keys, with the TTLs, score and token upstream writes', async () => {
     const { step } = build({ redis_url: db.server.url(), wakeup_mode: 'poll', default_queue: 'team-a-queue' });
     const { ctx } = request({
       headers: {

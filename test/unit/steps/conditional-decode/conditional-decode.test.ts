@@ -1,5 +1,5 @@
 /**
- * conditional-decode (reference §3.3, §9.10) against a local worker through the real pooled client:
+ * conditional-decode (upstream's `conditional_decode_test.go` cases) against a local worker through the real pooled client:
  * hit (JSON and SSE), miss (412), errors passed through, transport failures, body shaping per
  * format, and cancellation of the relayed call.
  */
@@ -208,7 +208,7 @@ describe('conditional-decode: cancellation', () => {
   });
 });
 
-describe('conditional-decode: body shape per format (§3.3, §3.8)', () => {
+describe('conditional-decode: body shape per format', () => {
   const okJson = (): void => {
     worker.handler = (_req, res) => void res.writeHead(200, { 'content-type': 'application/json' }).end('{}');
   };
@@ -245,7 +245,7 @@ describe('conditional-decode: body shape per format (§3.3, §3.8)', () => {
     expect(worker.seen[0]!.json).toEqual(body);
   });
 
-  it('chat under use_openai_format=false: the chat path, the body unchanged (Q1)', async () => {
+  it('chat under use_openai_format=false: the chat path, the body unchanged, as upstream', async () => {
     okJson();
     await step({ use_openai_format: false }).execute(makeCtx({ body: { model: 'm', messages: [] }, tokenIds: [1, 2] }));
     expect(worker.seen[0]!.path).toBe('/v1/chat/completions');

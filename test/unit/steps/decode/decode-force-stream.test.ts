@@ -1,5 +1,5 @@
 /**
- * decode `force_stream` against a real HTTP worker on loopback (reference §12.3.10): what the
+ * decode `force_stream` against a real HTTP worker on loopback (upstream's force-stream cases): what the
  * worker is sent, what the client is answered, and what is counted, on every path.
  */
 import { PooledSideCallClient } from '../../../../src/gateway/client';

@@ -66,7 +66,7 @@ describe('decode: chat', () => {
     expect(ctx.body['stream_options']).toEqual({ include_usage: true });
   });
 
-  it('sends tokens.token_ids null without render, and no features without images (Q2)', async () => {
+  it('sends tokens.token_ids null without render, and no features without images, as upstream', async () => {
     const ctx = makeCtx();
     await decode().execute(ctx);
     expect(JSON.stringify(ctx.body['tokens'])).toBe('{"token_ids":null}');
@@ -107,7 +107,7 @@ describe('decode: chat', () => {
     expect(JSON.stringify(ctx.body)).not.toContain('ec_transfer_params');
   });
 
-  it('shapes a chat request as generate when use_openai_format=false (Q1)', async () => {
+  it('shapes a chat request as generate when use_openai_format=false, as upstream', async () => {
     const body = chatBodyWithImages(1, { max_tokens: 5, min_tokens: 3 });
     const ctx = makeCtx({ body, tokenIds: [1, 2], entries: [entry(0, 'hash-a', 0, 1)] });
     await decode({ use_openai_format: false }).execute(ctx);
@@ -142,7 +142,7 @@ describe('decode: completions', () => {
 });
 
 describe('decode: generate', () => {
-  it('nests kv in sampling_params.extra_args and keeps everything else the client sent (Q3)', async () => {
+  it('nests kv in sampling_params.extra_args and keeps everything else the client sent, as upstream', async () => {
     const body = {
       model: 'm',
       token_ids: [1, 2, 3],
@@ -189,7 +189,7 @@ describe('decode: a client never sets transfer params (hardening)', () => {
       kv_transfer_params: spoofKv,
       sampling_params: { temperature: 0.5, extra_args: { ec_transfer_params: spoofEc, keep: 1 } },
     });
-    // The coordinator's own EC params (from encode) belong to prefill; decode gets none (§3.6).
+    // The coordinator's own EC params (from encode) belong to prefill; decode gets none.
     const ctx = makeCtx({
       body,
       tokenIds: [1, 2],

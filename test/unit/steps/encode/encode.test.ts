@@ -1,4 +1,4 @@
-/** encode against a local gateway fake (reference §3.4, §9.11). */
+/** encode against a local gateway fake (upstream's `encode_test.go` cases). */
 import { ConfigError } from '../../../../src/config/errors';
 import { classify, UpstreamError } from '../../../../src/pipeline/errors';
 import type { StepDeps, StepParams } from '../../../../src/pipeline/step';

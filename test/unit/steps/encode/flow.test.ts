@@ -151,7 +151,7 @@ describe('multimodal flow', () => {
     expect(prefill.json).not.toHaveProperty('kv_transfer_params');
     expect(prefill.json).not.toHaveProperty('ec_transfer_params');
 
-    // Decode keeps the chat path but the generate shape (Q1).
+    // Decode keeps the chat path but the generate shape, as upstream.
     expect(ctx.body['sampling_params']).toEqual({
       extra_args: { kv_transfer_params: { do_remote_decode: false, do_remote_prefill: true } },
     });

@@ -1,4 +1,4 @@
-/** The force-stream SSE reassembler, SSE framing, budget and params (reference §12.3). */
+/** The force-stream SSE reassembler, SSE framing, budget and params (docs/force-stream.md). */
 import { ParamReader } from '../../../../src/pipeline/params';
 import { ReservationBudget, reservationBytes } from '../../../../src/steps/force-stream/budget';
 import { ForceStreamError } from '../../../../src/steps/force-stream/errors';
@@ -210,7 +210,7 @@ describe('decision inputs and reservation', () => {
     expect(choiceCount('chat', { n: 0 })).toBe(1);
     expect(choiceCount('generate', { sampling_params: { n: 2 } })).toBe(2);
   });
-  it('reservation arithmetic (§12.3.3)', () => {
+  it('reservation arithmetic', () => {
     expect(reservationBytes(262144, 10, 1)).toBe(2464);
     expect(reservationBytes(262144, 16240, 1)).not.toBeNull();
     expect(reservationBytes(262144, 16241, 1)).toBeNull();

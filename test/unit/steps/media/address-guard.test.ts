@@ -1,5 +1,5 @@
 /**
- * The SSRF guard's own address check (reference §3.1, §9.8 TestAddressGuard_*). Pure: no address
+ * The SSRF guard's own address check (upstream's `TestAddressGuard_*`). Pure: no address
  * here is ever resolved or dialled.
  */
 import { AddressGuard } from '../../../../src/steps/media/address-guard';

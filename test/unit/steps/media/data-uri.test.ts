@@ -1,4 +1,4 @@
-/** `data:` URL parsing and the image type allowlist (reference §3.1, §9.8 TestParseDataURI). */
+/** `data:` URL parsing and the image type allowlist (upstream's `TestParseDataURI`). */
 import { DataUriError, isAllowedImageContentType, isDataUri, parseDataUri } from '../../../../src/steps/media/data-uri';
 
 describe('parseDataUri', () => {

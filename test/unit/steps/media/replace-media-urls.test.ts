@@ -1,5 +1,5 @@
 /**
- * replace-media-urls against a real image host on 127.0.0.1 (reference §3.1, §9.8). The host is
+ * replace-media-urls against a real image host on 127.0.0.1 (upstream's `replace_media_urls_test.go` cases). The host is
  * reachable only through the test-only `allowed_ip_ranges: ["127.0.0.1/32"]` exemption, and every
  * connection goes through a dialer that refuses anything but loopback.
  */
@@ -269,7 +269,7 @@ describe('replace-media-urls: client errors (400)', () => {
 });
 
 describe('replace-media-urls: download failures (502)', () => {
-  it.each([404, 500, 201, 204, 304])('an image host answering %i is a 502, not the client’s fault (Q7)', async (status) => {
+  it.each([404, 500, 201, 204, 304])('an image host answering %i is a 502, not the client’s fault', async (status) => {
     server.status('/x', status);
     const body = chatWith(`${server.url}/x`);
     const r = await run(step(), body);

@@ -1,5 +1,5 @@
 /**
- * `prefill-decode` (reference §12.4) against a loopback gateway that plays the EPP: a reserve
+ * `prefill-decode` (docs/hardening.md) against a loopback gateway that plays the EPP: a reserve
  * answer, then the pinned prefill, while the step hands the decode request to Envoy.
  */
 import { CancelledError, UpstreamError, classify } from '../../../../src/pipeline/errors';

@@ -182,7 +182,7 @@ describe('prefill: chat format', () => {
     expect(json).not.toHaveProperty('min_tokens');
   });
 
-  it('sends tokens.token_ids null without render and omits features without images (Q2)', async () => {
+  it('sends tokens.token_ids null without render and omits features without images, as upstream', async () => {
     await prefill().execute(makeCtx());
     expect(gateway.seen[0]!.raw).toContain('"tokens":{"token_ids":null}');
     expect(gateway.seen[0]!.json).not.toHaveProperty('request_id');
@@ -221,7 +221,7 @@ describe('prefill: headers and answers', () => {
     expect(err).toMatchObject({ step: 'prefill', status, body: 'overloaded' });
   });
 
-  it('accepts only 200: a 204 is an UpstreamError (Q15)', async () => {
+  it('accepts only 200: a 204 is an UpstreamError, as upstream', async () => {
     gateway.respond = () => ({ status: 204 });
     await expect(prefill().execute(makeCtx())).rejects.toMatchObject({ step: 'prefill', status: 204 });
   });

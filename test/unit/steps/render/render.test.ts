@@ -63,7 +63,7 @@ describe('render: chat', () => {
     expect(req.path).toBe('/v1/chat/completions/render');
     expect(req.headers['content-type']).toBe('application/json');
     expect(req.headers['authorization']).toBe('Bearer t');
-    // Only the client's raw id; no coordinator-stamped id, no EPP profile (Q10).
+    // Only the client's raw id; no coordinator-stamped id, no EPP profile, as upstream sends.
     expect(req.headers['x-request-id']).toBe('raw client id!');
     expect(req.headers['epp-profile']).toBeUndefined();
     expect(req.json).toEqual(JSON.parse(before));
@@ -201,7 +201,7 @@ describe('render: chat', () => {
     expect((err as UpstreamError).body).toBe('bad tokens');
   });
 
-  it('accepts only 200: a 201 is an UpstreamError too (Q15)', async () => {
+  it('accepts only 200: a 201 is an UpstreamError too, as upstream', async () => {
     renderService.respond = () => ({ status: 201, body: chatAnswer(0) });
     await expect(render().execute(makeCtx())).rejects.toBeInstanceOf(UpstreamError);
   });
@@ -236,7 +236,7 @@ describe('render: chat', () => {
     await expect(render().execute(makeCtx({ signal: ac.signal }))).rejects.toBeInstanceOf(CancelledError);
   });
 
-  it('fails each chat request with a plain error when address is empty (Q5)', async () => {
+  it('fails each chat request with a plain error when address is empty, as upstream', async () => {
     const step = createRenderStep({}, up.td.deps);
     const p = step.execute(makeCtx());
     await expect(p).rejects.toThrow("render: service address not configured (set 'address' in render step params)");

@@ -1,7 +1,7 @@
 /**
  * Transfer params are the coordinator's alone (hardening): a client's `ec_transfer_params` or
  * `kv_transfer_params` would point a worker at a NIXL peer of its choosing. Prefill gets only the
- * EC params encode produced; decode (and the conditional-decode probe) get none (reference §3.6).
+ * EC params encode produced; decode (and the conditional-decode probe) get none.
  */
 import { StepRegistry } from '../../../../src/pipeline/registry';
 import { runPipeline } from '../../../../src/pipeline/executor';

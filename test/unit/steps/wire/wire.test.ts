@@ -19,7 +19,7 @@ import {
 } from '../../../../src/steps/wire';
 import type { JsonObject, MultimodalEntry } from '../../../../src/pipeline/context';
 
-describe('resolveFormat and paths (§2.5)', () => {
+describe('resolveFormat and paths', () => {
   it.each([
     [true, '/v1/chat/completions', 'chat'],
     [false, '/v1/chat/completions', 'generate'],
@@ -42,7 +42,7 @@ describe('resolveFormat and paths (§2.5)', () => {
   });
 });
 
-describe('capSingleTokenOutput (§2.6)', () => {
+describe('capSingleTokenOutput', () => {
   it('chat: caps max_tokens, strips min_tokens, caps an existing max_completion_tokens, forces non-streaming', () => {
     const body: JsonObject = {
       max_tokens: 50,
