@@ -247,7 +247,7 @@ async function startCompareStack(phase: Phase, args: Args, say: (m: string) => v
         });
         procs.push(childProc(c));
       } else {
-        // real-peers.md §3.9: dummy tokenizer (no network), room for 20 MB bodies; no --host flag.
+        // One simulator per role: dummy tokenizer (no network), room for 20 MB bodies; no --host flag.
         const lat = realistic && role !== 'render' ? ['--time-to-first-token=20ms', '--inter-token-latency=5ms'] : [];
         const modeArgs = role === 'prefill' ? [] : ['--mode=echo'];
         const simArgs = [
@@ -325,7 +325,7 @@ async function startCompareStack(phase: Phase, args: Args, say: (m: string) => v
 
     let goPid: number | undefined;
     {
-      // The upstream e2e coordinatorConfigNIXL (real-peers.md §6.1), local addresses, default log level.
+      // The upstream e2e coordinatorConfigNIXL, local addresses, default log level.
       const goConfig = join(dir, 'go-coordinator.yaml');
       writeFileSync(
         goConfig,

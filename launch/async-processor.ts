@@ -1,6 +1,6 @@
 /**
  * A small asynchronous processor (AP) for tests that follows llm-d-async's sorted-set contract
- * (reference async-broker.md §1.2, §1.6, §1.10, §4): ZPOPMIN by deadline, expired messages cleaned
+ * (its Redis producer and processor code): ZPOPMIN by deadline, expired messages cleaned
  * up without a result, the cancellation check, dispatch over HTTP without the mode header, and the
  * result write (LPUSH ResultMessage, EXPIRE, compare-and-delete cleanup).
  *

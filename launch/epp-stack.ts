@@ -42,7 +42,7 @@ export interface EppStackPorts {
   readonly asyncMetrics?: number;
 }
 
-/** The port plan of reference/real-peers.md §8.2, for `npm run stack -- --epp BIN`. */
+/** The loopback port plan (all 127.0.0.1), for `npm run stack -- --epp BIN`. */
 export const EPP_STACK_PORTS: EppStackPorts = {
   public: 8080,
   gateway: 8081,

@@ -116,7 +116,7 @@ export function renderEndpointsFile(endpoints: readonly WorkerEndpoint[]): strin
   return `# Endpoints for the EPP's file discovery, one per worker; the role is the ${ROLE_LABEL} label.\n${yaml.dump({ endpoints: entries }, { lineWidth: 120 })}`;
 }
 
-/** The EPP's `EndpointPickerConfig`, YAML (reference real-peers.md §4.4 plus file discovery). */
+/** The EPP's `EndpointPickerConfig`, YAML (the upstream e2e's `eppConfig` plus file discovery). */
 export function renderEppConfig(opts: EppConfigOptions): string {
   const prefix = opts.prefixCache ?? true;
   const plugins: Array<Record<string, unknown>> = [
@@ -220,7 +220,7 @@ function fileAccessLog(path: string, listener: 'public' | 'gateway'): unknown[] 
   ];
 }
 
-/** The EPP's filter as the upstream e2e configures it (reference real-peers.md §4.9). */
+/** The EPP's filter as the upstream e2e configures it. */
 function eppFilter(): unknown {
   return {
     name: EPP_FILTER,

@@ -27,7 +27,7 @@ export interface LocalStackPorts {
   readonly redis?: number;
 }
 
-/** The port plan of reference/real-peers.md §8.2. */
+/** The loopback port plan (all 127.0.0.1): one fixed port per process. */
 export const STACK_PORTS: LocalStackPorts = {
   public: 8080,
   gateway: 8081,

@@ -1,6 +1,6 @@
 /**
  * `npm run stack [-- --buffered] [-- --kv-connector kv-nixl]`: the whole product on loopback with
- * the port plan of reference/real-peers.md §8.2, until Ctrl-C / SIGTERM.
+ * the loopback port plan of launch/local-stack.ts, until Ctrl-C / SIGTERM.
  */
 import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';

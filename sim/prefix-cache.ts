@@ -1,5 +1,5 @@
 /**
- * The stand-in for the EPP's conditional-decode gate (reference real-peers.md §4.7), so the local
+ * The stand-in for the EPP's conditional-decode gate (docs/conditional-decode.md), so the local
  * stack can exercise conditional-decode without an EPP.
  *
  * The real gate: a request carrying `Prefer: if-available` gets 412 unless the decode pod the EPP

@@ -1,6 +1,6 @@
 /**
  * `/v1/chat/completions/render` and `/v1/completions/render` with the dummy tokenizer, in the
- * response shapes vLLM's render service returns (coordinator-behaviour.md §3.2).
+ * response shapes vLLM's render service returns (as upstream's render step reads them).
  */
 
 import { BOS_TOKEN_ID, IMAGE_PLACEHOLDER_LENGTH, IMAGE_PLACEHOLDER_TOKEN_ID, stubImageHash, tokenizeText } from './dummy-tokenizer';
