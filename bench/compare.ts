@@ -247,7 +247,8 @@ async function startCompareStack(phase: Phase, args: Args, say: (m: string) => v
         });
         procs.push(childProc(c));
       } else {
-        // One simulator per role: dummy tokenizer (no network), room for 20 MB bodies; no --host flag.
+        // One simulator per role: dummy tokenizer (no network), room for 20 MB bodies; no --host
+        // flag.
         const lat = realistic && role !== 'render' ? ['--time-to-first-token=20ms', '--inter-token-latency=5ms'] : [];
         const modeArgs = role === 'prefill' ? [] : ['--mode=echo'];
         const simArgs = [

@@ -4,8 +4,9 @@
  *
  * Upstream lets an image request on a pipeline without `replace-media-urls` reach render, which
  * then fails with `render returned N mm_hashes but expected 0` (a 502: nothing replaced the images
- * by the ids render expects), and on a pipeline without render the client's image URLs would go
- * to the workers as they are (for them to fetch, with no SSRF guard). We refuse such a request with a 400 instead.
+ * by the ids render expects), and on a pipeline without render the client's image URLs would go to
+ * the workers as they are (for them to fetch, with no SSRF guard). We refuse such a request with a
+ * 400 instead.
  */
 import type { RequestContext } from '../pipeline/context';
 import { BadRequestError } from '../pipeline/errors';

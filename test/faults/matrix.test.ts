@@ -1,8 +1,9 @@
 /**
  * The fault matrix (issue #8), through the real Envoy: every phase (media download, render, encode,
  * prefill, decode) x every fault (4xx, 5xx, connect refused, timeout, hang, reset mid-body, slow
- * body). Each cell checks the status upstream's classifier gives (`classifyPipelineError`), an OpenAI-style error
- * body with no upstream text, no unhandled rejection, and the service back at 0 streams in flight.
+ * body). Each cell checks the status upstream's classifier gives (`classifyPipelineError`), an
+ * OpenAI-style error body with no upstream text, no unhandled rejection, and the service back at 0
+ * streams in flight.
  *
  * Not in the matrix: conditional-decode (not registered in src/steps/index.ts yet; its probe shares
  * the decode profile, so its faults belong with its own suite).
@@ -30,8 +31,9 @@ const GATEWAY_TIMEOUT_MS = 1000;
 
 /**
  * What the client gets. `error`: our OpenAI error with that status. `relay`: the decode worker's
- * own answer passes through Envoy (upstream relays decode's answer verbatim too). `ok`: 200 and the right content. `aborted`: the
- * client's connection is cut (a decode stream that broke after its headers).
+ * own answer passes through Envoy (upstream relays decode's answer verbatim too). `ok`: 200 and the
+ * right content. `aborted`: the client's connection is cut (a decode stream that broke after its
+ * headers).
  */
 type Expect = { error: number } | { relay: number } | 'ok' | 'aborted' | 'client-timeout';
 

@@ -94,7 +94,8 @@ describe('prefill failover through a gateway with two prefill workers', () => {
   it('no retry after decode began: a failing decode leaves prefill at one call', async () => {
     stack.decode.setFaults([{ status: 500, body: 'decode says no' }]);
     const res = await client.post('/v1/chat/completions', chat('decode fails'), { headers: { 'x-request-id': nextId() } });
-    // Decode is Envoy's forward: its answer reaches the client as the worker sent it, as upstream relays decode.
+    // Decode is Envoy's forward: its answer reaches the client as the worker sent it (upstream
+    // relays decode's answer verbatim too).
     expect(res.status).toBe(500);
     expect(bad.requests.length + good.requests.length).toBe(1);
     expect(stack.decode.requests).toHaveLength(1);

@@ -42,8 +42,8 @@ export function buildPrefillBody(
       return body;
     }
     case 'responses': {
-      // Responses: the client body, capped to one stored-nowhere token, with our transfer params. No
-      // `tokens` field: the Responses endpoint re-renders the input itself.
+      // Responses: the client body, capped to one stored-nowhere token, with our transfer params.
+      // No `tokens` field: the Responses endpoint re-renders the input itself.
       const body: JsonObject = { ...ctx.body };
       capSingleTokenOutput(body, format);
       dropTransferParams(body);

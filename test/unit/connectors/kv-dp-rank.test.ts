@@ -1,6 +1,6 @@
 /**
- * `x-data-parallel-rank` for kv-nixl (upstream PR #2480) and the
- * `kv_connector_params` / concurrent-connector rules of newer upstream revisions. Expected ranks were computed
+ * `x-data-parallel-rank` for kv-nixl (upstream PR #2480) and the `kv_connector_params` /
+ * concurrent-connector rules of newer upstream revisions. Expected ranks were computed
  * independently with Python's hashlib.blake2s.
  */
 import { ConfigError } from '../../../src/config/errors';

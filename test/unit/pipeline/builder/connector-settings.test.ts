@@ -1,6 +1,7 @@
 /**
- * `pipeline.dp_size` and `pipeline.kv_connector_params` (upstream PR #2480 and later revisions): set once for the
- * pipeline, seen on the prefill leg's wire, and overridden by a step's own settings.
+ * `pipeline.dp_size` and `pipeline.kv_connector_params` (upstream PR #2480 and later revisions):
+ * set once for the pipeline, seen on the prefill leg's wire, and overridden by a step's own
+ * settings.
  */
 import { parseConfig } from '../../../../src/config/config';
 import { ConfigError } from '../../../../src/config/errors';

@@ -1,6 +1,7 @@
 /**
- * The Redis contract with llm-d-async, byte for byte (llm-d-async's producer and Lua scripts): the submit
- * transaction, key names, envelope fields and types, score, token, TTLs, and the Lua scripts.
+ * The Redis contract with llm-d-async, byte for byte (llm-d-async's producer and Lua scripts): the
+ * submit transaction, key names, envelope fields and types, score, token, TTLs, and the Lua
+ * scripts.
  */
 import { buildEnvelope } from '../../../../src/steps/async-broker/envelope';
 import { goEncode } from '../../../../src/steps/async-broker/go-json';

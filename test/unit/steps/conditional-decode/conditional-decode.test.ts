@@ -1,7 +1,7 @@
 /**
- * conditional-decode (upstream's `conditional_decode_test.go` cases) against a local worker through the real pooled client:
- * hit (JSON and SSE), miss (412), errors passed through, transport failures, body shaping per
- * format, and cancellation of the relayed call.
+ * conditional-decode (upstream's `conditional_decode_test.go` cases) against a local worker through
+ * the real pooled client: hit (JSON and SSE), miss (412), errors passed through, transport
+ * failures, body shaping per format, and cancellation of the relayed call.
  */
 import { ConfigError } from '../../../../src/config/errors';
 import { TransportError } from '../../../../src/pipeline/errors';

@@ -1,6 +1,6 @@
 /**
- * decode `force_stream` against a real HTTP worker on loopback (upstream's force-stream cases): what the
- * worker is sent, what the client is answered, and what is counted, on every path.
+ * decode `force_stream` against a real HTTP worker on loopback (upstream's force-stream cases):
+ * what the worker is sent, what the client is answered, and what is counted, on every path.
  */
 import { PooledSideCallClient } from '../../../../src/gateway/client';
 import { CancelledError, TransportError } from '../../../../src/pipeline/errors';

@@ -1,7 +1,8 @@
 /**
- * replace-media-urls against a real image host on 127.0.0.1 (upstream's `replace_media_urls_test.go` cases). The host is
- * reachable only through the test-only `allowed_ip_ranges: ["127.0.0.1/32"]` exemption, and every
- * connection goes through a dialer that refuses anything but loopback.
+ * replace-media-urls against a real image host on 127.0.0.1 (upstream's
+ * `replace_media_urls_test.go` cases). The host is reachable only through the test-only
+ * `allowed_ip_ranges: ["127.0.0.1/32"]` exemption, and every connection goes through a dialer that
+ * refuses anything but loopback.
  */
 import { createServer } from 'node:http';
 import type { AddressInfo } from 'node:net';
