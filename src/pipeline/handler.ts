@@ -188,10 +188,10 @@ class RefusedExchange extends BaseExchange {
 }
 
 /**
- * A request the pipeline does not run (the other OpenAI APIs the edge lets through, reference
- * §5.12/§12.10): forwarded to decode as upstream's passthrough does, body as it came (capped at
- * the body limit: 413 above it), `EPP-Profile: decode`, our request id, and without the client's
- * gateway headers.
+ * A request the pipeline does not run (the other OpenAI APIs the edge lets through): forwarded to
+ * decode as upstream's passthrough of unregistered routes does (PR #2357), body as it came (capped
+ * at the body limit: 413 above it), `EPP-Profile: decode`, our request id, and without the
+ * client's gateway headers.
  */
 class PassthroughExchange extends BaseExchange {
   constructor(
