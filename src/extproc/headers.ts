@@ -22,9 +22,10 @@ function headerValueOf(entry: { value: string; raw_value: Buffer }): string {
 
 /**
  * Request headers as the pipeline sees them: lower-case names, first value of each name wins,
- * pseudo-headers out of `headers` (`:method` and `:path` go to their own fields).
+ * pseudo-headers out of `headers` (`:method` and `:path` go to their own fields). `origin` is the
+ * stream's trusted entry (origin.ts), passed through.
  */
-export function decodeRequestHead(map: HeaderMapIn | null | undefined): RequestHead {
+export function decodeRequestHead(map: HeaderMapIn | null | undefined, origin?: string): RequestHead {
   const headers: Record<string, string> = {};
   let method = '';
   let path = '';
@@ -50,7 +51,7 @@ export function decodeRequestHead(map: HeaderMapIn | null | undefined): RequestH
     if (key === '__proto__' || Object.prototype.hasOwnProperty.call(headers, key)) continue;
     headers[key] = headerValueOf(entry);
   }
-  return { method, path, headers };
+  return origin === undefined ? { method, path, headers } : { method, path, headers, origin };
 }
 
 const TOKEN = /^[!#$%&'*+\-.^_`|~0-9a-z]+$/;

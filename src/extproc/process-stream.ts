@@ -30,6 +30,7 @@ import { resolveModes, type FallbackBodyMode, type StreamModes } from './body-mo
 import { toDynamicMetadata } from './dynamic-metadata';
 import { exceedsHeaderBudget, tooManyHeadersAnswer, TOO_MANY_HEADERS_STATUS, type HeaderCount } from './header-budget';
 import { decodeRequestHead, type DroppedHeaders } from './headers';
+import { streamOrigin } from './origin';
 import { relayBody, streamedHeadersResponse } from './streamed-response';
 import {
   EMPTY_REQUEST_BODY,
@@ -211,7 +212,7 @@ export class ProcessStream {
       this.passThroughHeaders();
       return;
     }
-    const head = decodeRequestHead(msg.headers);
+    const head = decodeRequestHead(msg.headers, streamOrigin(this.call));
     if (isInferenceRequest(head.method, head.path)) {
       const over = exceedsHeaderBudget(msg.headers, this.opts.maxRequestHeaders ?? 0);
       if (over) {

@@ -44,6 +44,12 @@ export interface RequestHead {
   readonly path: string;
   /** Regular (non-pseudo) headers, lower-case names, first value of each. */
   readonly headers: Record<string, string>;
+  /**
+   * The trusted entry the request came through (e.g. `async-processor`), as the protocol layer
+   * established it out of the client's reach; absent for the public entry. The header policy
+   * trusts more headers for a known origin (header-policy.ts).
+   */
+  readonly origin?: string;
 }
 
 /**

@@ -58,7 +58,7 @@ export class PipelineHandler implements RequestHandler {
   begin(head: RequestHead): Exchange | null {
     const path = stripQuery(head.path);
     // Before anything reads them: untrusted gateway headers go, a non-ASCII value is refused.
-    const screened = screenHeaders(head.headers, this.opts.headerPolicy ?? DEFAULT_HEADER_POLICY);
+    const screened = screenHeaders(head.headers, this.opts.headerPolicy ?? DEFAULT_HEADER_POLICY, head.origin);
     if (screened.invalid !== undefined) return new RefusedExchange(this.opts, path, head.headers, invalidHeaderMessage(screened.invalid));
     for (const route of this.opts.routes ?? []) {
       if (route.method !== head.method) continue;
