@@ -6,7 +6,7 @@
  * test/support/async-processor.ts. The real llm-d-async replaces it once its module can be installed.
  *
  *   node --import tsx scripts/async-processor.ts --redis-url redis://127.0.0.1:6380/0 \
- *     --igw http://127.0.0.1:8083 [--queue request-sortedset]
+ *     --igw http://127.0.0.1:8084 [--queue request-sortedset]
  */
 import { TestAsyncProcessor } from '../test/support/async-processor';
 

@@ -49,7 +49,7 @@ export const DEFAULT_ENVOY_BOOTSTRAP: EnvoyBootstrapOptions = {
   publicPort: 8080,
   gatewayPort: 8081,
   adminPort: 19000,
-  asyncPort: 8083,
+  asyncPort: 8084,
   extProcAddress: '127.0.0.1:50051',
   encodeAddress: '127.0.0.1:8100',
   prefillAddress: '127.0.0.1:8200',
@@ -193,7 +193,7 @@ const USAGE = `usage: npx tsx scripts/envoy-bootstrap.ts [options]
   --out FILE               write the rendering to FILE (default: stdout)
   --buffered               BUFFERED request bodies (default: FULL_DUPLEX_STREAMED)
   --public-port N          (8080)     --gateway-port N   (8081)     --admin-port N (19000)
-  --async-port N           (8083)     the async processor's entry
+  --async-port N           (8084)     the async processor's entry
   --ext-proc IP:PORT       (127.0.0.1:50051)
   --encode IP:PORT         (127.0.0.1:8100)
   --prefill IP:PORT        (127.0.0.1:8200)

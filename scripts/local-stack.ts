@@ -34,7 +34,7 @@ export const STACK_PORTS: LocalStackPorts = {
   public: 8080,
   gateway: 8081,
   admin: 19000,
-  async: 8083,
+  async: 8084,
   extProc: 50051,
   render: 8082,
   encode: 8100,
