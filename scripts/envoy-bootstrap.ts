@@ -33,6 +33,11 @@ export interface EnvoyBootstrapOptions {
   readonly accessLogPath: string;
   /** TLS to the coordinator (its `server.tls_*` keys); unset = plaintext h2c. */
   readonly extProcTls?: ExtProcTlsOptions;
+  /**
+   * `max_requests_per_connection` of the coordinator cluster; 0 = none (a stock Envoy cluster).
+   * Default 500, defence in depth only: the coordinator itself takes Envoy's per-stream resets.
+   */
+  readonly extProcStreamCap?: number;
 }
 
 export interface ExtProcTlsOptions {
@@ -56,6 +61,7 @@ export const DEFAULT_ENVOY_BOOTSTRAP: EnvoyBootstrapOptions = {
   decodeAddress: '127.0.0.1:8300',
   bodyMode: 'full_duplex',
   accessLogPath: '/dev/stdout',
+  extProcStreamCap: 500,
 };
 
 export const REPO_ROOT = resolve(__dirname, '..');
@@ -136,6 +142,22 @@ function extProcTransportSocket(tls: ExtProcTlsOptions | undefined): string {
   return lines.join('\n');
 }
 
+/** The coordinator cluster's stream cap, or a comment saying there is none. */
+function extProcStreamCap(cap: number | undefined): string {
+  if (cap === undefined || cap === 0) {
+    return '        # No max_requests_per_connection: one connection carries any number of ext_proc streams.';
+  }
+  if (!Number.isInteger(cap) || cap < 0 || cap > 2 ** 32 - 1) throw new EnvoyBootstrapError(`extProcStreamCap: expected an integer >= 0, got ${String(cap)}`);
+  return [
+    '        # Defence in depth only, not needed: Envoy resets every ext_proc stream when done with it, and',
+    '        # the coordinator raises its HTTP/2 stream-reset budget (server.stream_reset_burst/rate) so that',
+    "        # a session is never closed for it; a stock Envoy cluster without this cap is safe. Rotating",
+    "        # connections also spreads the streams over the coordinator's replicas.",
+    '        common_http_protocol_options:',
+    `          max_requests_per_connection: ${cap}`,
+  ].join('\n');
+}
+
 function placeholders(o: EnvoyBootstrapOptions): Record<string, string> {
   const ext = parseHostPort('extProcAddress', o.extProcAddress);
   const enc = parseHostPort('encodeAddress', o.encodeAddress);
@@ -166,6 +188,7 @@ function placeholders(o: EnvoyBootstrapOptions): Record<string, string> {
     ASYNC_ROUTES: renderPublicRoutes('              ', String(buffered ? BUFFERED_BODY_LIMIT_BYTES : STREAMING_BODY_LIMIT_BYTES), processorMatches()),
     ACCESS_LOG_PATH: checkPath(o.accessLogPath),
     EXTPROC_TRANSPORT_SOCKET: extProcTransportSocket(o.extProcTls),
+    EXTPROC_STREAM_CAP: extProcStreamCap(o.extProcStreamCap),
   };
 }
 
@@ -201,7 +224,8 @@ const USAGE = `usage: npx tsx scripts/envoy-bootstrap.ts [options]
   --access-log PATH        (/dev/stdout)
   --ext-proc-ca FILE       TLS to the coordinator, trusting this CA (default: plaintext h2c)
   --ext-proc-client-cert FILE, --ext-proc-client-key FILE   Envoy's certificate for mTLS
-  --ext-proc-sni NAME      (localhost)`;
+  --ext-proc-sni NAME      (localhost)
+  --ext-proc-stream-cap N  max_requests_per_connection of the coordinator cluster (500, defence in depth; 0 = none)`;
 
 function parseArgs(argv: string[]): { opts: Partial<EnvoyBootstrapOptions>; out?: string; writeDefaults: boolean } {
   const opts: { -readonly [K in keyof EnvoyBootstrapOptions]?: EnvoyBootstrapOptions[K] } = {};
@@ -232,6 +256,7 @@ function parseArgs(argv: string[]): { opts: Partial<EnvoyBootstrapOptions>; out?
       case '--ext-proc-client-cert': tls.certFile = value(); break;
       case '--ext-proc-client-key': tls.keyFile = value(); break;
       case '--ext-proc-sni': tls.serverName = value(); break;
+      case '--ext-proc-stream-cap': opts.extProcStreamCap = Number(value()); break;
       case '-h':
       case '--help':
         process.stdout.write(USAGE + '\n');

@@ -6,4 +6,5 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 bash scripts/ensure-deps.sh node envoy
+source scripts/node-env.sh   # Node 24 first on PATH (for every child process too)
 exec node --import tsx scripts/fuzz.ts "$@"

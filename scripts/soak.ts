@@ -22,15 +22,17 @@ interface Args {
   out: string;
   /** Requests per second; 0 = half of the measured peak. */
   rate: number;
+  /** `max_requests_per_connection` of Envoy's coordinator cluster; 0 = none (a stock Envoy, the default). */
+  streamCap: number;
 }
 
 /** Marks "no --out given": the report then goes to the run's own directory. */
 const DEFAULT_OUT = '';
 
-const USAGE = `usage: npm run soak -- [--minutes N (10)] [--rate RPS (0 = half of the measured peak)] [--buffered] [--out FILE]`;
+const USAGE = `usage: npm run soak -- [--minutes N (10)] [--rate RPS (0 = half of the measured peak)] [--buffered] [--stream-cap N (0 = none)] [--out FILE]`;
 
 function parseArgs(argv: string[]): Args {
-  const args: Args = { minutes: 10, bodyMode: 'full_duplex', out: DEFAULT_OUT, rate: 0 };
+  const args: Args = { minutes: 10, bodyMode: 'full_duplex', out: DEFAULT_OUT, rate: 0, streamCap: 0 };
   for (let i = 0; i < argv.length; i++) {
     const a = argv[i]!;
     const num = (max: number): number => {
@@ -42,6 +44,7 @@ function parseArgs(argv: string[]): Args {
       case '--minutes': args.minutes = Math.max(0.1, num(24 * 60)); break;
       case '--rate': args.rate = num(100_000); break;
       case '--buffered': args.bodyMode = 'buffered'; break;
+      case '--stream-cap': args.streamCap = Math.floor(num(1_000_000)); break;
       case '--out': args.out = argv[++i] ?? args.out; break;
       case '-h':
       case '--help':
@@ -195,10 +198,12 @@ async function main(): Promise<void> {
         prefillAddress: `127.0.0.1:${prefill.port}`,
         decodeAddress: `127.0.0.1:${decode.port}`,
         accessLogPath: join(dir, 'access.log'),
+        // Like a stock Envoy by default: the coordinator takes Envoy's per-stream resets itself.
+        extProcStreamCap: args.streamCap,
       },
     });
     const client = new TestClient(envoy.publicUrl);
-    say(`stack up: envoy ${envoy.publicUrl}, coordinator pid ${service.pid}`);
+    say(`stack up on node ${process.version}: envoy ${envoy.publicUrl}, coordinator pid ${service.pid}, coordinator stream cap ${args.streamCap || "none"}`);
 
     let rate = args.rate;
     let peak = 0;
@@ -251,7 +256,14 @@ async function main(): Promise<void> {
 
     // The first tenth is warm-up (JIT, pools, caches); the slope is over the rest.
     const steady = samples.filter((s) => s.t >= args.minutes * 0.1);
+    const cx = await envoy.stats('cluster.epd_coordinator.upstream_cx_');
+    const extProc = await envoy.stats('http.public.ext_proc.streams_failed');
     const report = {
+      node: process.version,
+      streamCap: args.streamCap,
+      coordinatorConnections: cx['cluster.epd_coordinator.upstream_cx_total'] ?? 0,
+      coordinatorProtocolErrors: cx['cluster.epd_coordinator.upstream_cx_protocol_error'] ?? 0,
+      extProcStreamsFailed: extProc['http.public.ext_proc.streams_failed'] ?? 0,
       minutes: args.minutes,
       bodyMode: args.bodyMode,
       peakRps: Number(peak.toFixed(1)),

@@ -7,6 +7,7 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 bash scripts/ensure-deps.sh node envoy redis
+source scripts/node-env.sh   # Node 24 first on PATH (for every child process too)
 
 # One node process (no wrapper relaying signals): Ctrl-C and SIGTERM reach the supervisor, which
 # stops every child by PID.

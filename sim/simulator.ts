@@ -87,6 +87,9 @@ class SimulatorServer implements Simulator {
     });
     // Longer than the usual client idle timeouts, so a pooled connection is never closed under a request.
     this.server.keepAliveTimeout = 65_000;
+    // Node's default of 2000 raw header entries (1000 headers) was a silent cut on Node 20; Node 24
+    // answers 431. A worker that reads what the coordinator forwards (at most 1024 decoded headers).
+    this.server.maxHeadersCount = 4096;
   }
 
   get url(): string {

@@ -9,7 +9,7 @@ import { ConfigError } from './config/errors';
 import { ASYNC_PROCESSOR_ORIGIN, headerPolicy, HeaderPolicyError, type HeaderPolicy } from './pipeline/header-policy';
 import { combineObservers } from './pipeline/observer';
 import { StepRegistry } from './pipeline/registry';
-import type { Route, Step, StepDeps } from './pipeline/step';
+import type { Route, StepDeps } from './pipeline/step';
 import { registerBuiltinSteps } from './steps';
 import { pipelineCoverage } from './steps/pipeline-coverage';
 import { HealthService, type DependencyCheck, type ReadinessCheck } from './observability/health';
@@ -46,33 +46,6 @@ export interface RunningService {
    * (default `server.shutdown_timeout`), then everything closes. Idempotent.
    */
   close(graceMs?: number): Promise<void>;
-}
-
-/** A side-call client that fails every call: for pipelines that configure no gateway. */
-function missingGateway(): SideCallClient {
-  const fail = async (): Promise<never> => {
-    throw new Error('gateway.address is not configured');
-  };
-  return { baseUrl: '', post: fail, postStreaming: fail, close: async () => {} };
-}
-
-/** Lifecycle hooks a step may have (the async broker's Redis); found by duck typing on the built steps. */
-interface StepLifecycle {
-  start?: () => Promise<void>;
-  ping?: () => Promise<boolean>;
-  ready?: () => Promise<boolean>;
-  close?: () => Promise<void>;
-}
-
-function lifecycleOf(step: Step): StepLifecycle {
-  const s = step as Step & Record<string, unknown>;
-  const fn = (name: string) => (typeof s[name] === 'function' ? (s[name] as (...a: unknown[]) => unknown).bind(step) : undefined);
-  return {
-    start: fn('start') as StepLifecycle['start'],
-    ping: fn('ping') as StepLifecycle['ping'],
-    ready: fn('ready') as StepLifecycle['ready'],
-    close: fn('close') as StepLifecycle['close'],
-  };
 }
 
 function named(check: () => Promise<boolean>, name: string): ReadinessCheck {
@@ -119,8 +92,8 @@ export async function startService(config: AppConfig, opts: ServiceOptions = {})
           idleTimeoutMs: config.gateway.idleConnTimeoutMs,
           observer: sideCallObserver,
         })
-      : missingGateway();
-    clients.push(gateway);
+      : undefined;
+    if (gateway) clients.push(gateway);
     const routes: Route[] = [];
     const deps: StepDeps = {
       gateway,
@@ -143,13 +116,12 @@ export async function startService(config: AppConfig, opts: ServiceOptions = {})
     const checks: ReadinessCheck[] = [...(opts.readinessChecks ?? [])];
     const dependencies: DependencyCheck[] = [];
     for (const step of steps) {
-      const life = lifecycleOf(step);
-      if (life.close) cleanups.push(life.close);
+      if (step.close) cleanups.push(() => step.close!());
       // A dependency that is down at start-up stops the service (exit 1), as upstream.
-      if (life.start) await life.start();
+      if (step.start) await step.start();
       // ready() gates readiness; ping() only reports a dependency (the async broker fails open).
-      if (life.ready) checks.push(named(life.ready, step.type));
-      else if (life.ping) dependencies.push({ name: step.type, check: life.ping });
+      if (step.ready) checks.push(named(() => step.ready!(), step.type));
+      else if (step.ping) dependencies.push({ name: step.type, check: () => step.ping!() });
     }
 
     const handler = new PipelineHandler({
@@ -183,6 +155,7 @@ export async function startService(config: AppConfig, opts: ServiceOptions = {})
       streamedResponses: config.server.streamedResponses,
       streamIdleTimeoutMs: config.server.streamIdleTimeoutMs,
       maxRequestHeaders: config.server.maxRequestHeaders,
+      sessionLimits: config.server.sessionLimits,
       log,
     });
     cleanups.push(async () => server.forceShutdown());

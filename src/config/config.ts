@@ -32,6 +32,8 @@ export interface AppConfig {
     readonly trustedOriginHeaders: readonly string[];
     /** TLS on the gRPC listener; `null` = plaintext h2c. */
     readonly tls: TlsFiles | null;
+    /** `server.stream_reset_burst` / `stream_reset_rate`: the HTTP/2 sessions' RST_STREAM budget. */
+    readonly sessionLimits: { readonly streamResetBurst: number; readonly streamResetRate: number };
   };
   readonly gateway: {
     readonly address: string;
@@ -233,6 +235,11 @@ export function parseConfig(doc: unknown, env: NodeJS.ProcessEnv = process.env):
   }
   const maxRequestHeaders = get<number>('server.max_request_headers');
   if (maxRequestHeaders > 65535) throw new ConfigError('server.max_request_headers', 'at most 65535', maxRequestHeaders);
+  const sessionLimits = { streamResetBurst: get<number>('server.stream_reset_burst'), streamResetRate: get<number>('server.stream_reset_rate') };
+  for (const [key, v] of [['server.stream_reset_burst', sessionLimits.streamResetBurst], ['server.stream_reset_rate', sessionLimits.streamResetRate]] as const) {
+    // nghttp2 keeps both in uint32.
+    if (v > 2 ** 32 - 1) throw new ConfigError(key, 'at most 4294967295', v);
+  }
   const kv = get<string | undefined>('pipeline.kv_connector');
   const ec = get<string | undefined>('pipeline.ec_connector');
   const pipelineDoc = isMap(doc['pipeline']) ? doc['pipeline'] : {};
@@ -269,6 +276,7 @@ export function parseConfig(doc: unknown, env: NodeJS.ProcessEnv = process.env):
         .map((h) => h.trim().toLowerCase())
         .filter((h) => h !== ''),
       tls: parseTls(get<string | undefined>('server.tls_cert_file'), get<string | undefined>('server.tls_key_file'), get<string | undefined>('server.tls_client_ca_file')),
+      sessionLimits,
     },
     gateway: {
       address,

@@ -2,6 +2,7 @@
  * Which request body mode a stream runs in: what Envoy announces in `protocol_config` (Envoy
  * >= 1.34, first message only), else the configured fallback.
  */
+import type { Logger } from 'pino';
 import type { ProtocolConfigurationIn } from './wire';
 
 export type FallbackBodyMode = 'full_duplex' | 'buffered';
@@ -37,4 +38,17 @@ export function resolveModes(config: ProtocolConfigurationIn | null | undefined,
     responseFullDuplex: String(config.response_body_mode) === 'FULL_DUPLEX_STREAMED',
     announced: true,
   };
+}
+
+// A misconfigured filter would otherwise log on every request.
+const warnedModes = new Set<string>();
+
+/** Warns once per mode name that requests with a body pass through unprocessed. */
+export function warnUnsupportedMode(log: Logger, name: string): void {
+  if (warnedModes.has(name)) return;
+  warnedModes.add(name);
+  log.warn(
+    { request_body_mode: name },
+    'ext_proc request_body_mode is neither FULL_DUPLEX_STREAMED nor BUFFERED: requests with a body pass through unprocessed',
+  );
 }

@@ -10,10 +10,10 @@
  *
  * The request_headers message carries exactly the map Envoy checks the second time, so the check
  * is made on it up front: if its entries plus the most our final forward can add exceed the limit,
- * the client gets a 431 at once.
+ * the request head says so (`RequestHead.headerBudgetExceeded`) and the pipeline answers 431 at
+ * once, observed like any other answer.
  */
-import type { Metadata } from '../pipeline/decision';
-import { errorBody } from '../pipeline/errors';
+import type { HeaderBudget } from '../pipeline/decision';
 import { FORWARD_CONFIGURABLE_HEADERS, FORWARD_STAMPED_HEADERS } from '../pipeline/forward-headers';
 import { MAX_DECODED_HEADERS } from './headers';
 import type { HeaderMapIn } from './wire';
@@ -32,12 +32,7 @@ export const MAX_FORWARD_ADDED_HEADERS = FORWARD_HEADER_NAMES.length + FORWARD_C
 /** Envoy's `max_headers_count` in envoy/envoy.template.yaml (Envoy's own default is 100). */
 export const DEFAULT_MAX_REQUEST_HEADERS = 85;
 
-export interface HeaderCount {
-  /** Entries in the map Envoy sent: pseudo-headers, the client's and Envoy's own headers. */
-  readonly entries: number;
-  /** The most entries this request may have, once room is left for the headers we may add. */
-  readonly allowed: number;
-}
+export type HeaderCount = HeaderBudget;
 
 /**
  * The request's header count against `limit` (the listener's max_headers_count): `null` when our
@@ -59,21 +54,4 @@ export function exceedsHeaderBudget(map: HeaderMapIn | null | undefined, limit: 
   const room = MAX_FORWARD_ADDED_HEADERS - present.size;
   const allowed = limit - room;
   return entries.length > allowed ? { entries: entries.length, allowed } : null;
-}
-
-export const TOO_MANY_HEADERS_STATUS = 431;
-
-/** The client's answer: an OpenAI-style JSON error, and the access-log facts. */
-export function tooManyHeadersAnswer(count: HeaderCount, requestId: string): { body: Buffer; metadata: Metadata } {
-  const message = `request has too many headers (${count.entries}); the limit is ${Math.max(0, count.allowed)} (request_id: ${requestId})`;
-  return {
-    body: errorBody({ status: TOO_MANY_HEADERS_STATUS, errorClass: 'bad_request', type: 'invalid_request_error', message }),
-    metadata: {
-      request_id: requestId,
-      path_taken: 'error',
-      status: TOO_MANY_HEADERS_STATUS,
-      error_step: 'headers',
-      error_class: 'bad_request',
-    },
-  };
 }

@@ -3,6 +3,7 @@
  * process-stream.ts decides which one to send and when.
  */
 import type { ForwardDecision } from '../pipeline/decision';
+import { HOP_BY_HOP_HEADERS } from '../pipeline/hop-by-hop';
 import { buildHeaderMutation, type DroppedHeaders } from './headers';
 import { envoyStatusCode } from './status';
 import type { HeaderMutationOut, ProcessingResponseOut, StructOut } from './wire';
@@ -18,17 +19,12 @@ export const INTERNAL_ERROR_BODY = Buffer.from(
   '{"error":{"message":"internal error","type":"api_error","param":null,"code":500}}',
 );
 
-// Envoy frames local replies itself; a copied length or hop-by-hop header would corrupt them.
-const IMMEDIATE_SKIPPED_HEADERS: ReadonlySet<string> = new Set([
-  'content-length',
-  'transfer-encoding',
-  'connection',
-  'keep-alive',
-  'proxy-connection',
-  'upgrade',
-  'te',
-  'trailer',
-]);
+/**
+ * Never copied onto a local reply: Envoy frames local replies itself, so a copied length or
+ * hop-by-hop header (the one list, pipeline/hop-by-hop.ts) would corrupt them. Shared with the
+ * streamed local reply (streamed-response.ts).
+ */
+export const LOCAL_REPLY_SKIPPED_HEADERS: ReadonlySet<string> = new Set(['content-length', ...HOP_BY_HOP_HEADERS]);
 
 // In FULL_DUPLEX_STREAMED Envoy strips content-length at header time and skips any we set.
 const FULL_DUPLEX_SKIPPED_HEADERS: ReadonlySet<string> = new Set(['content-length']);
@@ -162,7 +158,7 @@ export function immediateResponse(
   body: Buffer,
   opts: { metadata: StructOut | undefined; details?: string; dropped?: DroppedHeaders },
 ): ProcessingResponseOut {
-  const mutation: HeaderMutationOut = buildHeaderMutation({ set: headers, skip: IMMEDIATE_SKIPPED_HEADERS }, opts.dropped);
+  const mutation: HeaderMutationOut = buildHeaderMutation({ set: headers, skip: LOCAL_REPLY_SKIPPED_HEADERS }, opts.dropped);
   // Pseudo-headers (`:status`) cannot be set on a local reply.
   const set_headers = mutation.set_headers.filter((h) => h.header.key.charCodeAt(0) !== 58);
   return withMetadata(

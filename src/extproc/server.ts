@@ -14,6 +14,7 @@ import { createWideWindowServer } from './flow-control';
 import { DEFAULT_MAX_REQUEST_HEADERS } from './header-budget';
 import { ProcessStream, type ProcessCall } from './process-stream';
 import { extProcServiceDefinition } from './proto';
+import { applySessionLimits, DEFAULT_SESSION_LIMITS, type SessionLimits } from './session-limits';
 
 /** Room for headers, metadata and protobuf framing around the largest body. */
 export const MESSAGE_HEADROOM_BYTES = 1024 * 1024;
@@ -169,6 +170,8 @@ export interface ExtProcServerOptions extends ExtProcServiceOptions {
   readonly credentials?: grpc.ServerCredentials;
   /** Called with the server before it binds: register health and other services here. */
   readonly configure?: (server: grpc.Server) => void;
+  /** HTTP/2 session limits (Envoy's per-stream resets); default {@link DEFAULT_SESSION_LIMITS}. */
+  readonly sessionLimits?: SessionLimits;
 }
 
 export interface ExtProcServer {
@@ -191,6 +194,12 @@ export interface ExtProcServer {
 
 export async function startExtProcServer(opts: ExtProcServerOptions): Promise<ExtProcServer> {
   const server = createWideWindowServer(extProcServerOptions(opts.maxBodyBytes));
+  if (!applySessionLimits(server, opts.sessionLimits ?? DEFAULT_SESSION_LIMITS)) {
+    opts.log.warn('this grpc-js has no commonServerOptions: HTTP/2 sessions keep Node\'s stream-reset limit (1000, 33/s)');
+  } else if (Number(process.versions.node.split('.')[0]) < 24) {
+    // Node 20 ignores the options: Envoy's per-stream resets will close sessions (package.json engines).
+    opts.log.warn({ node: process.version }, 'Node < 24 ignores server.stream_reset_burst/rate: run on Node 24');
+  }
   const service = addExtProcService(server, opts);
   opts.configure?.(server);
   const credentials = opts.credentials ?? grpc.ServerCredentials.createInsecure();

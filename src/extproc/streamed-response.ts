@@ -20,23 +20,12 @@
  */
 import type { DroppedHeaders } from './headers';
 import { isValidHeaderName, isValidHeaderValue } from './headers';
-import { STREAMED_CHUNK_BYTES } from './responses';
+import { LOCAL_REPLY_SKIPPED_HEADERS, STREAMED_CHUNK_BYTES } from './responses';
 import type { ProcessingResponseOut, StructOut } from './wire';
 
-// Envoy frames the local reply itself (chunked); a copied length or hop-by-hop header would
-// corrupt it, and pseudo-headers other than our own `:status` have no place in a response.
-const SKIPPED: ReadonlySet<string> = new Set([
-  'content-length',
-  'transfer-encoding',
-  'connection',
-  'keep-alive',
-  'proxy-connection',
-  'proxy-authenticate',
-  'proxy-authorization',
-  'upgrade',
-  'te',
-  'trailer',
-]);
+// Envoy frames the local reply itself (chunked): the same headers as on any local reply are
+// skipped, and pseudo-headers other than our own `:status` have no place in a response.
+const SKIPPED = LOCAL_REPLY_SKIPPED_HEADERS;
 
 /** Response headers beyond this many are dropped (Envoy's own default limit is 100). */
 export const MAX_STREAMED_HEADERS = 100;

@@ -3,57 +3,13 @@ import type { Dispatcher } from 'undici';
 import { deadline } from '../pipeline/deadline';
 import { readCapped } from './read-capped';
 import { CancelledError, TransportError, UPSTREAM_ERROR_BODY_CAP } from '../pipeline/errors';
+import type { SideCallBody, SideCallClient, SideCallOptions, SideCallResponse, StreamingSideCallResponse } from '../pipeline/side-call';
 
 /** A success body larger than this is refused: no side-call answer we read is legitimately bigger. */
 export const MAX_SIDE_CALL_RESPONSE_BYTES = 256 * 1024 * 1024;
 
-export interface SideCallOptions {
-  /** The step name used in errors and logs (`render`, `prefill`, `encode[2]`). */
-  readonly step: string;
-  /** Aborts the call when the client goes away. */
-  readonly signal: AbortSignal;
-  /** Time allowed until the response headers arrive. */
-  readonly headersTimeoutMs?: number;
-  /** Time allowed for the whole call, body included. */
-  readonly totalTimeoutMs?: number;
-  /** Statuses whose body is read in full; any other status reads at most 8 KiB (logs only). */
-  readonly okStatuses?: readonly number[];
-}
-
-export interface SideCallResponse {
-  readonly status: number;
-  readonly headers: Record<string, string>;
-  /** Full body for an ok status; at most {@link UPSTREAM_ERROR_BODY_CAP} bytes otherwise. */
-  readonly body: Buffer;
-}
-
-export interface StreamingSideCallResponse {
-  readonly status: number;
-  readonly headers: Record<string, string>;
-  /** The body as it arrives. Iterate it to the end, or call `cancel()`. */
-  readonly body: AsyncIterable<Buffer>;
-  cancel(): void;
-}
-
-/**
- * A request body: text, bytes, or bytes in parts. Parts are written in order, never concatenated
- * (a large body keeps its big strings as subarrays of the client's buffer).
- */
-export type SideCallBody = string | Buffer | readonly Buffer[];
-
-/** An HTTP client bound to one base URL (the gateway, or render's own address). */
-export interface SideCallClient {
-  readonly baseUrl: string;
-  post(path: string, headers: Record<string, string>, body: SideCallBody, opts: SideCallOptions): Promise<SideCallResponse>;
-  /** Like {@link post}, but hands the body over as it streams (conditional-decode hits). */
-  postStreaming(
-    path: string,
-    headers: Record<string, string>,
-    body: SideCallBody,
-    opts: SideCallOptions,
-  ): Promise<StreamingSideCallResponse>;
-  close(): Promise<void>;
-}
+// The port the pipeline defines (pipeline/side-call.ts); this module implements it.
+export type { SideCallBody, SideCallClient, SideCallOptions, SideCallResponse, StreamingSideCallResponse } from '../pipeline/side-call';
 
 /** How a side call ended: the HTTP status, or why there was none. */
 export type SideCallOutcome = number | 'error' | 'timeout' | 'cancelled';

@@ -1,6 +1,6 @@
 /**
- * Prometheus metrics: the upstream coordinator's families (`llm_d_coordinator_*`, reference §7 and
- * §12.6) with the same names, labels and buckets, plus the ext_proc view (`epd_coordinator_*`).
+ * Prometheus metrics: the upstream coordinator's families (`llm_d_coordinator_*`)
+ * with the same names, labels and buckets, plus the ext_proc view (`epd_coordinator_*`).
  *
  * One {@link CoordinatorMetrics} owns its own Registry and implements the pipeline, side-call and
  * stream observer interfaces, so neither the pipeline nor the protocol layer imports prom-client.
@@ -143,7 +143,7 @@ export class CoordinatorMetrics implements PipelineObserver {
     this.inflight = new Gauge({ name: `${OWN}inflight_requests`, help: 'Inference requests the service is working on.', registers });
     this.activeStreams = new Gauge({ name: `${OWN}extproc_active_streams`, help: 'Open ext_proc Process streams.', registers });
     this.streamDuration = new Histogram({ name: `${OWN}extproc_stream_duration_seconds`, help: 'Lifetime of ext_proc Process streams.', buckets: latency, registers });
-    this.decisions = new Counter({ name: `${OWN}decisions_total`, help: 'Decisions by path taken: cascade, cache_hit, error, passthrough, route.', labelNames: ['path'], registers });
+    this.decisions = new Counter({ name: `${OWN}decisions_total`, help: 'Decisions by path taken: cascade, cache_hit, step_response, error, passthrough, route.', labelNames: ['path'], registers });
     this.sideCallDuration = new Histogram({ name: `${OWN}side_call_duration_seconds`, help: 'Side-call latency by phase and HTTP status (or error, timeout, cancelled).', labelNames: ['phase', 'status'], buckets: latency, registers });
 
     if (opts.processMetrics ?? true) collectDefaultMetrics({ register: this.registry });

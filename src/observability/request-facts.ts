@@ -1,10 +1,10 @@
 /**
- * Facts about a finished request in the vocabulary of the upstream coordinator's metrics and spans
- * (reference §7, §12.6, §12.8), shared by metrics and tracing.
+ * Facts about a finished request in the vocabulary of the upstream coordinator's metrics and spans,
+ * shared by metrics and tracing.
  */
 import type { ErrorClass } from '../pipeline/errors';
 
-/** Our error classes in upstream's `error_code` vocabulary (§12.6), plus `cancelled` (client gone). */
+/** Our error classes in upstream's `error_code` vocabulary, plus `cancelled` (client gone). */
 export function errorCode(errorClass: ErrorClass): string {
   switch (errorClass) {
     case 'bad_request':
@@ -17,10 +17,15 @@ export function errorCode(errorClass: ErrorClass): string {
     case 'cancelled':
     case 'internal':
       return errorClass;
+    // Upstream counts an unusable answer or a failed image fetch as internal; our error_class
+    // (access log, spans) tells them apart.
+    case 'upstream_invalid':
+    case 'media_unavailable':
+      return 'internal';
   }
 }
 
-/** Upstream's rule (§12.6): classified from the steps that started, only when a decode leg started. */
+/** Upstream's rule: classified from the steps that started, only when a decode leg started. */
 export function executionPath(stepsStarted: readonly string[]): string | undefined {
   const started = new Set(stepsStarted);
   const decode = started.has('decode') || started.has('conditional-decode') || started.has('prefill-decode');

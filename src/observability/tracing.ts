@@ -1,5 +1,5 @@
 /**
- * OpenTelemetry spans for `tracing: true` (reference §12.8): one server span per inference request
+ * OpenTelemetry spans for `tracing: true`: one server span per inference request
  * (child of the client's `traceparent`), one `pipeline` span, one span per step, one client span per
  * side call. The trace context travels as W3C headers, not through an async context manager:
  *

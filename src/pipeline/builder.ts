@@ -65,7 +65,7 @@ export function buildPipeline(settings: PipelineSettings, registry: StepRegistry
 }
 
 /**
- * `prefill-decode` runs prefill and hands the request to decode itself (reference §12.4), so it
+ * `prefill-decode` runs prefill and hands the request to decode itself, so it
  * replaces the serial pair rather than joining it, and nothing can run after it: a later step would
  * act after the prefill was already sent (with whatever EC params it had) and on a decode body that
  * is already final.

@@ -1,8 +1,9 @@
 import type { Logger } from 'pino';
-import { PLAIN_BODY_CODEC, type BodyCodec } from './json-body';
+import { PLAIN_BODY_CODEC, type BodyCodec, type JsonObject } from './json-body';
 import { HOP_BY_HOP_HEADERS } from './hop-by-hop';
 
-export type JsonObject = { [key: string]: unknown };
+// Steps take the body's type from the context they are handed; it is defined by the body codec.
+export type { JsonObject } from './json-body';
 
 /** One image (the only modality supported) known to the pipeline, in request order. */
 export interface MultimodalEntry {
@@ -148,7 +149,7 @@ export class RequestContext {
   }
 
   /**
-   * The base header set of every side call (reference §2.4): the client's headers minus
+   * The base header set of every side call: the client's headers minus
    * hop-by-hop, content framing and the coordinator-owned `epp-profile`. Steps stamp their own
    * headers on a copy.
    */

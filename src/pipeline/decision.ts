@@ -50,6 +50,19 @@ export interface RequestHead {
    * trusts more headers for a known origin (header-policy.ts).
    */
   readonly origin?: string;
+  /**
+   * Set by the protocol layer when the request's header map leaves no room for the headers a
+   * forward may add under the proxy's header-count limit (the proxy would refuse our mutation).
+   */
+  readonly headerBudgetExceeded?: HeaderBudget;
+}
+
+/** The request's header count against the proxy's limit, once room is left for our own headers. */
+export interface HeaderBudget {
+  /** Entries in the map the proxy sent: pseudo-headers, the client's and the proxy's own headers. */
+  readonly entries: number;
+  /** The most entries this request may have. */
+  readonly allowed: number;
 }
 
 /**
@@ -57,6 +70,11 @@ export interface RequestHead {
  * completed once the whole body has arrived.
  */
 export interface Exchange {
+  /**
+   * The answer when the head alone refuses the request (too many headers): the protocol layer
+   * sends it at once, reads no body, and never calls {@link complete}.
+   */
+  readonly refused?: RespondDecision;
   /** The largest body this exchange accepts; above it the protocol layer calls {@link tooLarge}. */
   readonly maxBodyBytes: number;
   /** Runs the pipeline over the complete body. Never rejects: failures come back as `respond`. */

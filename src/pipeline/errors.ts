@@ -18,6 +18,17 @@ export class PayloadTooLargeError extends Error {
   }
 }
 
+/**
+ * The request's headers leave no room for the ones we add under the proxy's header-count limit:
+ * the proxy would refuse our mutation (a bare 500 after the whole pipeline ran), so it is a 431 now.
+ */
+export class TooManyHeadersError extends Error {
+  override readonly name = 'TooManyHeadersError';
+  constructor(readonly entries: number, readonly allowed: number) {
+    super(`request has too many headers (${entries}); the limit is ${Math.max(0, allowed)}`);
+  }
+}
+
 /** Upstream error bodies are read up to this many bytes, for logs only. */
 export const UPSTREAM_ERROR_BODY_CAP = 8192;
 
@@ -32,6 +43,31 @@ export class UpstreamError extends Error {
     readonly body: string,
   ) {
     super(`${step}: upstream returned HTTP ${status}`);
+  }
+}
+
+/**
+ * A side call answered with the status the step needs, but the answer itself is unusable: a body
+ * that is not the JSON the step expects, counts that disagree, a header the protocol requires
+ * missing. The worker (or the EPP) broke the protocol, not the client and not us: 502.
+ */
+export class UpstreamInvalidError extends Error {
+  override readonly name = 'UpstreamInvalidError';
+}
+
+/**
+ * An image the request points at could not be fetched: the host answered something other than
+ * 200, could not be reached, timed out, sent a truncated body or too many redirects. Not the
+ * client's fault in a way we can tell it (a refused URL or host is a {@link BadRequestError}): 502.
+ */
+export class MediaUnavailableError extends Error {
+  override readonly name: string = 'MediaUnavailableError';
+  constructor(
+    message: string,
+    /** The image host's status, when it answered with something other than 200. */
+    readonly status?: number,
+  ) {
+    super(message);
   }
 }
 
@@ -61,7 +97,9 @@ export type ErrorClass =
   | 'payload_too_large'
   | 'upstream_4xx'
   | 'upstream_5xx'
+  | 'upstream_invalid'
   | 'transport'
+  | 'media_unavailable'
   | 'cancelled'
   | 'internal';
 
@@ -76,11 +114,14 @@ export interface ClassifiedError {
   readonly upstreamStatus?: number;
 }
 
-/** Maps any thrown value to the client's answer (reference §5.5). */
+/** Maps any thrown value to the client's answer. */
 export function classify(err: unknown, requestId: string): ClassifiedError {
   const id = ` (request_id: ${requestId})`;
   if (err instanceof BadRequestError) {
     return { status: 400, errorClass: 'bad_request', type: 'invalid_request_error', message: err.message + id };
+  }
+  if (err instanceof TooManyHeadersError) {
+    return { status: 431, errorClass: 'bad_request', type: 'invalid_request_error', message: err.message + id };
   }
   if (err instanceof PayloadTooLargeError) {
     return { status: 413, errorClass: 'payload_too_large', type: 'invalid_request_error', message: err.message + id };
@@ -96,6 +137,12 @@ export function classify(err: unknown, requestId: string): ClassifiedError {
       };
     }
     return { status: 502, errorClass: 'upstream_5xx', type: 'api_error', message: 'internal error' + id, upstreamStatus: err.status };
+  }
+  if (err instanceof UpstreamInvalidError) {
+    return { status: 502, errorClass: 'upstream_invalid', type: 'api_error', message: 'internal error' + id };
+  }
+  if (err instanceof MediaUnavailableError) {
+    return { status: 502, errorClass: 'media_unavailable', type: 'api_error', message: 'internal error' + id };
   }
   if (err instanceof TransportError) {
     return { status: 502, errorClass: 'transport', type: 'api_error', message: 'internal error' + id };

@@ -10,7 +10,7 @@ export interface StepTiming {
 
 export type PipelineOutcome =
   | { readonly kind: 'completed'; readonly timings: StepTiming[] }
-  | { readonly kind: 'responded'; readonly response: StepResponse; readonly step: string; readonly timings: StepTiming[] }
+  | { readonly kind: 'responded'; readonly response: StepResponse; readonly cacheHit: boolean; readonly step: string; readonly timings: StepTiming[] }
   | { readonly kind: 'failed'; readonly error: unknown; readonly step: string; readonly timings: StepTiming[] };
 
 /**
@@ -34,7 +34,7 @@ export async function runPipeline(
       timings.push({ step: step.type, ms: performance.now() - started });
       observed.ended();
       if (outcome && 'respond' in outcome) {
-        return { kind: 'responded', response: outcome.respond, step: step.type, timings };
+        return { kind: 'responded', response: outcome.respond, cacheHit: outcome.cacheHit === true, step: step.type, timings };
       }
     } catch (error) {
       timings.push({ step: step.type, ms: performance.now() - started });

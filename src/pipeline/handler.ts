@@ -1,7 +1,7 @@
 import type { Logger } from 'pino';
 import { RequestContext } from './context';
-import type { Decision, Exchange, ForwardDecision, Metadata, RequestHandler, RequestHead, RespondDecision } from './decision';
-import { BadRequestError, PayloadTooLargeError, UpstreamError, classify, errorBody, type ErrorClass } from './errors';
+import type { Decision, Exchange, ForwardDecision, HeaderBudget, Metadata, RequestHandler, RequestHead, RespondDecision } from './decision';
+import { BadRequestError, PayloadTooLargeError, TooManyHeadersError, UpstreamError, classify, errorBody, type ErrorClass } from './errors';
 import { runPipeline, type StepTiming } from './executor';
 import { parseJsonBody, type ParsedJsonBody } from './json-body';
 import { checkJsonDepth } from './json-depth';
@@ -59,18 +59,38 @@ export class PipelineHandler implements RequestHandler {
     const path = stripQuery(head.path);
     // Before anything reads them: untrusted gateway headers go, a non-ASCII value is refused.
     const screened = screenHeaders(head.headers, this.opts.headerPolicy ?? DEFAULT_HEADER_POLICY, head.origin);
-    if (screened.invalid !== undefined) return new RefusedExchange(this.opts, path, head.headers, invalidHeaderMessage(screened.invalid));
-    for (const route of this.opts.routes ?? []) {
-      if (route.method !== head.method) continue;
-      const params = route.match(path);
-      if (params) return new RouteExchange(this.opts, path, screened.headers, route, params);
+    const refusal = headRefusal(head.headerBudgetExceeded, screened.invalid);
+    if (isInferenceRequest(head.method, path) && !this.routeFor(head.method, path)) {
+      const exchange = new PipelineExchange(this.opts, path, screened.headers, head.method, screened.removed);
+      if (refusal) exchange.refuse(refusal);
+      return exchange;
     }
-    if (!isInferenceRequest(head.method, path)) {
-      this.opts.observer?.decided('passthrough');
-      return new PassthroughExchange(this.opts, path, screened);
-    }
-    return new PipelineExchange(this.opts, path, screened.headers, head.method, screened.removed);
+    // Outside the pipeline the head is refused the same way, answered at once.
+    if (refusal) return new RefusedExchange(this.opts, path, screened.headers, refusal);
+    const matched = this.routeFor(head.method, path);
+    if (matched) return new RouteExchange(this.opts, path, screened.headers, matched.route, matched.params);
+    this.opts.observer?.decided('passthrough');
+    return new PassthroughExchange(this.opts, path, screened);
   }
+
+  private routeFor(method: string, path: string): { route: Route; params: Record<string, string> } | undefined {
+    for (const route of this.opts.routes ?? []) {
+      if (route.method !== method) continue;
+      const params = route.match(path);
+      if (params) return { route, params };
+    }
+    return undefined;
+  }
+}
+
+/**
+ * Why the head alone refuses a request, if it does: a header value we would not forward (400,
+ * naming it), or more headers than leave room for our mutation (431).
+ */
+function headRefusal(budget: HeaderBudget | undefined, invalidHeader: string | undefined): Error | undefined {
+  if (invalidHeader !== undefined) return new BadRequestError(invalidHeaderMessage(invalidHeader));
+  if (budget) return new TooManyHeadersError(budget.entries, budget.allowed);
+  return undefined;
 }
 
 /** What every exchange shares: the request id, the abort signal, and how failures are answered. */
@@ -134,19 +154,17 @@ abstract class BaseExchange implements Exchange {
   }
 }
 
-/** A request refused from its head alone (a header the service will not pass on): a 400, no step runs. */
+/** A request outside the pipeline refused from its head alone (400 or 431, see headRefusal): no body is read. */
 class RefusedExchange extends BaseExchange {
-  constructor(
-    opts: HandlerOptions,
-    path: string,
-    headers: Record<string, string>,
-    private readonly message: string,
-  ) {
+  readonly refused: RespondDecision;
+
+  constructor(opts: HandlerOptions, path: string, headers: Record<string, string>, reason: Error) {
     super(opts, path, headers);
+    this.refused = this.failure(reason, 'headers', [], {});
   }
 
   async complete(): Promise<Decision> {
-    return this.failure(new BadRequestError(this.message), 'headers', [], {});
+    return this.refused;
   }
 }
 
@@ -209,6 +227,7 @@ class RouteExchange extends BaseExchange {
 }
 
 class PipelineExchange extends BaseExchange {
+  refused: RespondDecision | undefined;
   private readonly observation: RequestObservation;
   /** Fires when the service is done with the request (see RequestContext.finished). */
   private readonly done = new AbortController();
@@ -236,6 +255,13 @@ class PipelineExchange extends BaseExchange {
     this.done.abort(reason);
     // Gone before the body was complete: nothing else will end this request's observation.
     if (!this.answering) this.observe('error', undefined, { errorClass: 'cancelled', step: 'receive' });
+  }
+
+  /** The head alone refuses the request: answered like any failure, so it is observed like one. */
+  refuse(reason: Error): void {
+    this.answering = true;
+    this.refused = this.failure(reason, 'headers', [], {});
+    this.observe('error', this.refused.status, this.failedWith);
   }
 
   override tooLarge(receivedBytes: number): Decision {
@@ -334,7 +360,7 @@ class PipelineExchange extends BaseExchange {
           status: r.status,
           headers: r.headers,
           body: r.body,
-          metadata: this.metadata('cache_hit', outcome.timings, { ...facts, status: r.status }),
+          metadata: this.metadata(outcome.cacheHit ? 'cache_hit' : 'step_response', outcome.timings, { ...facts, status: r.status }),
         };
       }
       case 'completed':

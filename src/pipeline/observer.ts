@@ -7,7 +7,7 @@ import type { RequestContext } from './context';
 import type { ErrorClass } from './errors';
 
 /** What the service decided for one request Envoy showed it (`path_taken` in the access log). */
-export type DecisionPath = 'cascade' | 'cache_hit' | 'error' | 'passthrough' | 'route';
+export type DecisionPath = 'cascade' | 'cache_hit' | 'step_response' | 'error' | 'passthrough' | 'route';
 
 /** How one inference request ended, once. */
 export interface RequestResult {

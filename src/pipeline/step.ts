@@ -1,6 +1,6 @@
 import type { Logger } from 'pino';
 import type { RequestContext } from './context';
-import type { SideCallClient } from '../gateway/client';
+import type { SideCallClient } from './side-call';
 
 /** A locally generated answer that ends the pipeline (e.g. a served conditional-decode probe). */
 export interface StepResponse {
@@ -9,10 +9,30 @@ export interface StepResponse {
   readonly body: Buffer | AsyncIterable<Buffer>;
 }
 
-/** `undefined`: continue with the next step. `{respond}`: stop and answer the client with it. */
-export type StepOutcome = void | { readonly respond: StepResponse };
+/**
+ * `undefined`: continue with the next step. `{respond}`: stop and answer the client with it.
+ * `cacheHit` marks a worker's answer served instead of the cascade (a conditional-decode hit,
+ * `path_taken: cache_hit`); any other local answer is the step's own (`path_taken: step_response`:
+ * the async broker's 202 enqueue and its refusals, say).
+ */
+export type StepOutcome = void | { readonly respond: StepResponse; readonly cacheHit?: boolean };
 
-export interface Step {
+/**
+ * Hooks for a step that owns connections of its own (the async broker's Redis). All optional; the
+ * service calls the ones a step has.
+ */
+export interface StepLifecycle {
+  /** Called once before the service listens. A rejection stops start-up (a dependency that is down). */
+  start?(): Promise<void>;
+  /** Gates readiness: the service is not ready while it resolves false. Never rejects. */
+  ready?(): Promise<boolean>;
+  /** Reports a dependency's health without gating readiness (used when there is no `ready`). Never rejects. */
+  ping?(): Promise<boolean>;
+  /** Releases what `start` opened, at shutdown. Idempotent. */
+  close?(): Promise<void>;
+}
+
+export interface Step extends StepLifecycle {
   /** The registered type name, e.g. `prefill`. */
   readonly type: string;
   execute(ctx: RequestContext): Promise<StepOutcome>;
@@ -40,8 +60,11 @@ export interface RouteRequest {
 
 /** What a step factory may use. Steps never see Envoy or gRPC. */
 export interface StepDeps {
-  /** Pooled client for `gateway.address` (encode, prefill, conditional-decode). */
-  readonly gateway: SideCallClient;
+  /**
+   * Pooled client for `gateway.address` (encode, prefill, decode, conditional-decode); absent when
+   * no address is configured. A step that needs it refuses to build without it.
+   */
+  readonly gateway: SideCallClient | undefined;
   /** Builds a pooled client for another base URL (render's own address). */
   readonly clientFor: (baseUrl: string, opts: { maxIdleConns: number; idleTimeoutMs: number }) => SideCallClient;
   /** Response-header timeout of gateway legs, ms (`gateway.timeout`). */

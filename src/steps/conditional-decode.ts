@@ -1,5 +1,5 @@
 /**
- * `conditional-decode` (reference §3.3): before the cascade, ask a decode worker to serve the
+ * `conditional-decode`: before the cascade, ask a decode worker to serve the
  * request alone (`Prefer: if-available`). The router (the EPP) answers 412 when the decode pod it
  * would pick does not hold the prompt's prefix in its KV cache; the pipeline then continues.
  * Any other answer, errors included, is the client's answer: status, headers and body are relayed
@@ -9,7 +9,7 @@ import type { JsonObject, RequestContext } from '../pipeline/context';
 import { HOP_BY_HOP_HEADERS } from '../pipeline/hop-by-hop';
 import { ParamReader } from '../pipeline/params';
 import type { Step, StepDeps, StepFactory, StepOutcome, StepParams } from '../pipeline/step';
-import type { SideCallClient, StreamingSideCallResponse } from '../gateway/client';
+import type { SideCallClient, StreamingSideCallResponse } from '../pipeline/side-call';
 import { requireGateway } from './gateway-required';
 import { buildMmFeatures, dropTransferParams, gatewayLegHeaders, resolveFormat, type WireFormat } from './wire';
 
@@ -30,7 +30,7 @@ const MISS_BODY_DRAIN_MS = 1000;
 // strips them) and framing, which Envoy redoes for the local reply.
 const HOP_BY_HOP: ReadonlySet<string> = new Set([...HOP_BY_HOP_HEADERS, 'content-length']);
 
-/** The probe body in the resolved format (§3.3). A shallow copy: the client body is not touched. */
+/** The probe body in the resolved format. A shallow copy: the client body is not touched. */
 export function buildConditionalDecodeBody(ctx: RequestContext, format: WireFormat): JsonObject {
   const body: JsonObject = { ...ctx.body };
   // The probe reaches a decode worker before any transfer: no transfer params are ours yet, and a
@@ -50,7 +50,7 @@ export function buildConditionalDecodeBody(ctx: RequestContext, format: WireForm
       if (tokenIds && tokenIds.length > 0) body['prompt'] = tokenIds;
       break;
     case 'generate':
-      // Also the shape of a chat request under use_openai_format=false (Q1): unchanged.
+      // Also the shape of a chat request under use_openai_format=false: unchanged.
       break;
   }
   return body;
@@ -124,7 +124,7 @@ class ConditionalDecodeStep implements Step {
     ctx.log.debug({ step: CONDITIONAL_DECODE_STEP, status: res.status }, 'served by the conditional decode');
     // The body is handed over unread: the protocol layer relays it chunk by chunk, and aborting
     // the exchange (client gone) cancels this call through ctx.signal.
-    return { respond: { status: res.status, headers: relayedResponseHeaders(res.headers), body: res.body } };
+    return { respond: { status: res.status, headers: relayedResponseHeaders(res.headers), body: res.body }, cacheHit: true };
   }
 }
 

@@ -1,5 +1,5 @@
 /**
- * `decode` (reference §3.6): the terminal step. It makes no call: Envoy forwards the client
+ * `decode`: the terminal step. It makes no call: Envoy forwards the client
  * request, rewritten here, to a decode worker (same path), and streams the answer back.
  */
 import type { JsonObject, RequestContext } from '../pipeline/context';
@@ -39,7 +39,7 @@ class DecodeStep implements Step {
     // The body is mutated in place: decode is last, and the body is serialised once afterwards.
     const body = ctx.body;
     // Transfer params on a decode body are ours alone: the KV params set below, never EC params
-    // (§3.6: encoder outputs are prefill's; decode pulls only KV). A client's own, at any place a
+    // (encoder outputs are prefill's; decode pulls only KV). A client's own, at any place a
     // worker reads them, would point the worker at a peer of the client's choosing.
     dropTransferParams(body);
     switch (resolveFormat(this.useOpenAIFormat, ctx.originalPath)) {
@@ -56,8 +56,8 @@ class DecodeStep implements Step {
         if (ctx.tokenIds && ctx.tokenIds.length > 0) body['prompt'] = ctx.tokenIds;
         break;
       case 'generate': {
-        // Also the shape of a chat request under use_openai_format=false (Q1). The client's
-        // sampling params, features and token ids are kept (Q3).
+        // Also the shape of a chat request under use_openai_format=false. The client's
+        // sampling params, features and token ids are kept.
         let sampling = body['sampling_params'];
         if (!isJsonObject(sampling)) {
           sampling = {};

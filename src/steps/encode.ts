@@ -1,13 +1,13 @@
 /**
- * `encode` (reference §3.4): one single-token request per image through the gateway to an encode
+ * `encode`: one single-token request per image through the gateway to an encode
  * worker, in parallel, so the encoder cache holds every image before prefill runs. The EC connector
  * turns the answers into what prefill forwards.
  */
 import type { JsonObject, MultimodalEntry, RequestContext } from '../pipeline/context';
-import { UpstreamError } from '../pipeline/errors';
+import { UpstreamError, UpstreamInvalidError } from '../pipeline/errors';
 import { ParamReader } from '../pipeline/params';
 import type { Step, StepDeps, StepFactory, StepParams } from '../pipeline/step';
-import type { SideCallClient } from '../gateway/client';
+import type { SideCallClient } from '../pipeline/side-call';
 import type { EcConnector } from '../connectors/ec';
 import { buildEcConnector } from '../connectors/ec';
 import { requireGateway } from './gateway-required';
@@ -167,10 +167,10 @@ class EncodeStep implements Step {
     try {
       answer = decodeFirstJsonValue(res.body);
     } catch (err) {
-      throw new Error(`${step}: decode response: ${(err as Error).message}`);
+      throw new UpstreamInvalidError(`${step}: decode response: ${(err as Error).message}`);
     }
     // Upstream decodes into a struct: null is an empty answer, any other non-object a failure.
-    if (answer !== null && !isJsonObject(answer)) throw new Error(`${step}: decode response: expected an object, got ${jsonTypeName(answer)}`);
+    if (answer !== null && !isJsonObject(answer)) throw new UpstreamInvalidError(`${step}: decode response: expected an object, got ${jsonTypeName(answer)}`);
     return coerceParamsMap(answer?.['ec_transfer_params'], 'ec_transfer_params', ctx.log.child({ index: i }));
   }
 }

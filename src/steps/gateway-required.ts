@@ -1,10 +1,12 @@
 import { ConfigError } from '../config/errors';
-import type { SideCallClient } from '../gateway/client';
+import type { SideCallClient } from '../pipeline/side-call';
 import type { StepDeps } from '../pipeline/step';
 
-/** Gateway-facing steps cannot be built without a gateway client (reference §3.0). */
+/**
+ * A step that sends side calls through the gateway cannot be built without one: start-up stops
+ * with the missing key named, rather than every request failing later.
+ */
 export function requireGateway(step: string, deps: StepDeps): SideCallClient {
-  const gateway = (deps as { gateway?: SideCallClient | null }).gateway;
-  if (!gateway) throw new ConfigError(`${step}`, 'a gateway client (set gateway.address)');
-  return gateway;
+  if (!deps.gateway) throw new ConfigError('gateway.address', `an http:// or https:// URL (the "${step}" step sends its side calls to the gateway)`);
+  return deps.gateway;
 }

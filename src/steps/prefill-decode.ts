@@ -1,21 +1,21 @@
 /**
- * `prefill-decode` (reference §12.4): prefill and decode in flight together, for KV connectors
+ * `prefill-decode`: prefill and decode in flight together, for KV connectors
  * whose prefill worker waits for its decode peer (SGLang). The serial `prefill` -> `decode` steps
  * cannot drive SGLang (llm-d-router #2974): an SGLang prefill only completes once the decode worker
  * has connected to the prefill pod's bootstrap server, and decode can only do so when its body
  * names that pod (`bootstrap_host`), the port and an integer room shared by both legs.
  *
- * ext_proc shape (§12.4.6): the reserve and the prefill are side calls, the decode is the client
+ * ext_proc shape: the reserve and the prefill are side calls, the decode is the client
  * request rewritten and forwarded by Envoy. So the step reserves a prefill pod, starts the pinned
  * prefill, and returns without waiting for it; Envoy forwards decode while prefill runs. A prefill
  * that fails afterwards can only be logged: the forwarded decode is Envoy's, and fails (or times
  * out) on the decode worker's side.
  */
 import type { JsonObject, RequestContext } from '../pipeline/context';
-import { UpstreamError } from '../pipeline/errors';
+import { UpstreamError, UpstreamInvalidError } from '../pipeline/errors';
 import { ParamReader } from '../pipeline/params';
 import type { Step, StepDeps, StepFactory, StepParams } from '../pipeline/step';
-import type { SideCallClient } from '../gateway/client';
+import type { SideCallClient } from '../pipeline/side-call';
 import { buildConcurrentKvConnector, type ConcurrentKvConnector } from '../connectors/kv';
 import type { EcConnector } from '../connectors/ec';
 import { buildEcConnector } from '../connectors/ec';
@@ -136,21 +136,21 @@ class PrefillDecodeStep implements Step {
     if (res.status >= 400) throw new UpstreamError('prefill', res.status, res.body.toString('utf8'));
     if (res.status !== 204) {
       // An EPP that does not know the preference forwarded the ask to a model server.
-      throw new Error(`prefill-decode: reserve-endpoint answered HTTP ${res.status}, expected 204`);
+      throw new UpstreamInvalidError(`prefill-decode: reserve-endpoint answered HTTP ${res.status}, expected 204`);
     }
     const value = res.headers[HEADER_RESERVED_HOST_PORT];
     if (value === undefined) {
-      throw new Error(
+      throw new UpstreamInvalidError(
         `prefill-decode: reserve-endpoint answer has no ${HEADER_RESERVED_HOST_PORT} header; is the reserve-endpoint plugin configured in EPP?`,
       );
     }
     const endpoint = parseReservedEndpoint(value.trim());
-    if (!endpoint) throw new Error('prefill-decode: invalid prefill endpoint');
+    if (!endpoint) throw new UpstreamInvalidError('prefill-decode: invalid prefill endpoint');
     ctx.log.debug({ step: PREFILL_DECODE_STEP, status: res.status, endpoint: value.trim() }, 'reserved prefill endpoint');
     return { host: endpoint.host, value: value.trim() };
   }
 
-  /** The decode body as the decode step shapes it (§3.6), minus any transfer params. */
+  /** The decode body as the decode step shapes it, minus any transfer params. */
   private shapeDecodeBody(ctx: RequestContext, format: ReturnType<typeof resolveFormat>): void {
     injectImageUuids(ctx);
     const body = ctx.body;

@@ -1,12 +1,12 @@
 /**
- * `prefill` (reference §3.5): one single-token, non-streaming request through the gateway to a
+ * `prefill`: one single-token, non-streaming request through the gateway to a
  * prefill worker, whose answer carries the KV-cache location decode will pull from.
  */
 import type { RequestContext } from '../pipeline/context';
-import { TransportError, UpstreamError } from '../pipeline/errors';
+import { TransportError, UpstreamError, UpstreamInvalidError } from '../pipeline/errors';
 import { ParamReader } from '../pipeline/params';
 import type { Step, StepDeps, StepFactory, StepParams } from '../pipeline/step';
-import type { SideCallClient, SideCallResponse } from '../gateway/client';
+import type { SideCallClient, SideCallResponse } from '../pipeline/side-call';
 import type { KvConnector } from '../connectors/kv';
 import { buildKvConnector } from '../connectors/kv';
 import type { EcConnector } from '../connectors/ec';
@@ -65,11 +65,11 @@ class PrefillStep implements Step {
     try {
       answer = decodeFirstJsonValue(res.body);
     } catch (err) {
-      throw new Error(`prefill: decode response: ${(err as Error).message}`);
+      throw new UpstreamInvalidError(`prefill: decode response: ${(err as Error).message}`);
     }
     // Upstream decodes into a struct: null is an empty answer, any other non-object a failure.
     if (answer !== null && !isJsonObject(answer)) {
-      throw new Error(`prefill: decode response: expected an object, got ${jsonTypeName(answer)}`);
+      throw new UpstreamInvalidError(`prefill: decode response: expected an object, got ${jsonTypeName(answer)}`);
     }
     ctx.kvTransferParams = coerceParamsMap(answer?.['kv_transfer_params'], 'kv_transfer_params', ctx.log);
     // Stamped headers ride on the request Envoy finally forwards, so decode gets them too.

@@ -1,14 +1,14 @@
 /**
- * `render` (reference §3.2): turns the prompt into token ids once, for every later leg.
+ * `render`: turns the prompt into token ids once, for every later leg.
  *
  * Chat and completions-string requests are tokenised by the render service at the step's own
  * `address`; a completions token array and a tokens-in generate request are validated locally.
  */
 import type { JsonObject, MultimodalEntry, RequestContext } from '../pipeline/context';
-import { BadRequestError, UpstreamError } from '../pipeline/errors';
+import { BadRequestError, UpstreamError, UpstreamInvalidError } from '../pipeline/errors';
 import { ParamReader } from '../pipeline/params';
 import type { Step, StepDeps, StepFactory, StepParams } from '../pipeline/step';
-import type { SideCallClient } from '../gateway/client';
+import type { SideCallClient } from '../pipeline/side-call';
 import {
   CHAT_COMPLETIONS_PATH,
   COMPLETIONS_PATH,
@@ -42,7 +42,7 @@ export interface RenderConfig {
   readonly maxTotalPlaceholderTokens: number;
 }
 
-/** Reads and validates the render params (defaults per §3.2). Throws ConfigError. */
+/** Reads and validates the render params (defaults as upstream). Throws ConfigError. */
 export function readRenderConfig(params: StepParams): RenderConfig {
   const p = new ParamReader(RENDER_STEP, params);
   return {
@@ -60,7 +60,7 @@ class RenderStep implements Step {
 
   constructor(
     private readonly cfg: RenderConfig,
-    /** `null` when `address` is empty or unusable; then `fault` says why, per request (Q5). */
+    /** `null` when `address` is empty or unusable; then `fault` says why, per request. */
     private readonly client: SideCallClient | null,
     private readonly fault: string,
   ) {}
@@ -96,7 +96,7 @@ class RenderStep implements Step {
     const prompt = ctx.body['prompt'];
     if (typeof prompt === 'string') {
       const elements = decodeCompletionsRenderResponse(await this.post(ctx, COMPLETIONS_PATH));
-      if (elements.length !== 1) throw new Error(`render: expected 1 response element, got ${elements.length}`);
+      if (elements.length !== 1) throw new UpstreamInvalidError(`render: expected 1 response element, got ${elements.length}`);
       const tokenIds = elements[0]!;
       ctx.tokenIds = tokenIds;
       this.checkTokenLimit(tokenIds?.length ?? 0);
@@ -129,14 +129,14 @@ class RenderStep implements Step {
     ctx.tokenIds = res.tokenIds;
     this.checkTokenLimit(res.tokenIds?.length ?? 0);
 
-    // The images were found by replace-media-urls; render must report on exactly those (Q8).
+    // The images were found by replace-media-urls; render must report on exactly those.
     const entries = ctx.multimodalEntries;
     const expected = entries.length;
-    if (res.hashes.length !== expected) throw new Error(`render returned ${res.hashes.length} mm_hashes but expected ${expected}`);
+    if (res.hashes.length !== expected) throw new UpstreamInvalidError(`render returned ${res.hashes.length} mm_hashes but expected ${expected}`);
     if (res.placeholders.length !== expected) {
-      throw new Error(`render returned ${res.placeholders.length} mm_placeholders but expected ${expected}`);
+      throw new UpstreamInvalidError(`render returned ${res.placeholders.length} mm_placeholders but expected ${expected}`);
     }
-    if (res.kwargs.length !== expected) throw new Error(`render returned ${res.kwargs.length} kwargs_data but expected ${expected}`);
+    if (res.kwargs.length !== expected) throw new UpstreamInvalidError(`render returned ${res.kwargs.length} kwargs_data but expected ${expected}`);
     for (let i = 0; i < expected; i++) {
       const e = entries[i]!;
       e.hash = res.hashes[i]!;
@@ -151,7 +151,7 @@ class RenderStep implements Step {
   private async post(ctx: RequestContext, basePath: string): Promise<Buffer> {
     if (!this.client) throw new Error(this.fault);
     // No epp-profile and no stamped request id: the render service is not behind the EPP, and
-    // upstream sends it only the client's own headers (Q10).
+    // upstream sends it only the client's own headers.
     const headers = ctx.forwardedHeaders();
     headers[HEADER_CONTENT_TYPE] = CONTENT_TYPE_JSON;
     const res = await this.client.post(`${basePath}/render`, headers, ctx.serialize(ctx.body), {
@@ -183,7 +183,7 @@ class RenderStep implements Step {
 
 export const createRenderStep: StepFactory = (params: StepParams, deps: StepDeps): Step => {
   const cfg = readRenderConfig(params);
-  // Upstream does not validate the address at start-up (Q5): an empty or unusable one fails
+  // Upstream does not validate the address at start-up: an empty or unusable one fails
   // each request that needs the service with a 502, while generate requests still work.
   if (cfg.address === '') {
     return new RenderStep(cfg, null, "render: service address not configured (set 'address' in render step params)");

@@ -1,5 +1,5 @@
 /**
- * `replace-media-urls` (reference §3.1): every image of a chat request becomes inline data before
+ * `replace-media-urls`: every image of a chat request becomes inline data before
  * render sees it. `data:` URLs are validated; http(s) URLs are downloaded (bounded, SSRF-guarded)
  * and rewritten to `data:<type>;base64,...`. One multimodal entry is seeded per image, in order.
  */
@@ -48,7 +48,7 @@ function stringListParam(step: string, params: StepParams, key: string): string[
   return v as string[];
 }
 
-/** Reads and validates the params (defaults per §3.1). Throws ConfigError. */
+/** Reads and validates the params (defaults as upstream). Throws ConfigError. */
 export function readReplaceMediaUrlsConfig(params: StepParams): ReplaceMediaUrlsConfig {
   const s = REPLACE_MEDIA_URLS_STEP;
   const p = new ParamReader(s, params);

@@ -22,8 +22,10 @@ import { FORWARD_CONFIGURABLE_HEADERS } from '../../src/pipeline/forward-headers
 import { silentLogger } from '../../src/observability/logger';
 import { startService } from '../../src/service';
 import { EnvoyClient, headerEntries, structToJson, type EnvoyStream, type ProcessingResponseMsg } from './envoy-client';
-import { ScriptedHandler } from './fake-handler';
 import { NS, startHarness, useServiceWithSimulator, type Harness } from './harness';
+import { startExtProcServer, type ExtProcServer } from '../../src/extproc';
+import { PipelineHandler } from '../../src/pipeline/handler';
+import { NOOP_REQUEST_OBSERVATION, type PipelineObserver, type RequestResult } from '../../src/pipeline/observer';
 
 const PSEUDO: Array<[string, string]> = [
   [':method', 'POST'],
@@ -68,18 +70,41 @@ describe('the count (exceedsHeaderBudget)', () => {
   });
 });
 
-describe('at request_headers (scripted handler)', () => {
+describe('at request_headers (the pipeline handler)', () => {
   const LIMIT = 20;
   const ALLOWED = LIMIT - MAX_FORWARD_ADDED_HEADERS;
-  let h: Harness;
+  let server: ExtProcServer;
   let client: EnvoyClient;
-  let handler: ScriptedHandler;
+  let stepRuns = 0;
+  const results: RequestResult[] = [];
+  const decided: string[] = [];
+  const observer: PipelineObserver = {
+    requestStarted: () => ({ ...NOOP_REQUEST_OBSERVATION, finished: (r) => void results.push(r) }),
+    decided: (path) => void decided.push(path),
+  };
   beforeAll(async () => {
-    h = await startHarness('full_duplex', 1024 * 1024, { maxRequestHeaders: LIMIT });
-    ({ client, handler } = h);
+    const step = { type: 'count', execute: async () => void stepRuns++ };
+    const handler = new PipelineHandler({ steps: [step], maxBodyBytes: 1024 * 1024, log: silentLogger(), observer });
+    server = await startExtProcServer({
+      address: '127.0.0.1:0',
+      handler,
+      maxBodyBytes: 1024 * 1024,
+      metadataNamespace: NS,
+      fallbackBodyMode: 'full_duplex',
+      log: silentLogger(),
+      maxRequestHeaders: LIMIT,
+    });
+    client = new EnvoyClient(server.port);
   });
-  afterAll(() => h.close());
-  beforeEach(() => handler.reset(() => ({})));
+  afterAll(async () => {
+    client.close();
+    await server.shutdown(1000);
+  });
+  beforeEach(() => {
+    stepRuns = 0;
+    results.length = 0;
+    decided.length = 0;
+  });
 
   async function send(list: Array<[string, string]>, mode: 'FULL_DUPLEX_STREAMED' | 'BUFFERED'): Promise<{ first: ProcessingResponseMsg; s: EnvoyStream }> {
     const s = client.open();
@@ -88,14 +113,19 @@ describe('at request_headers (scripted handler)', () => {
     return { first: await s.next(), s };
   }
 
-  it.each(['FULL_DUPLEX_STREAMED', 'BUFFERED'] as const)('%s: at the limit the exchange runs; one more is a 431 and no exchange begins', async (mode) => {
+  it.each(['FULL_DUPLEX_STREAMED', 'BUFFERED'] as const)('%s: at the limit the pipeline runs; one more is a 431, observed, and no step runs', async (mode) => {
     const ok = await send(headerList(ALLOWED), mode);
     expect(ok.first.response).toBe('request_headers');
-    expect(handler.heads).toHaveLength(1);
+    if (mode === 'BUFFERED') {
+      ok.s.sendBody(BODY, true);
+      expect((await ok.s.next()).response).toBe('request_body');
+    }
     ok.s.end();
     await ok.s.rest();
+    expect(stepRuns).toBe(1);
 
-    handler.reset(() => ({}));
+    stepRuns = 0;
+    results.length = 0;
     const over = await send(headerList(ALLOWED + 1), mode);
     expect(over.first.response).toBe('immediate_response');
     const imm = over.first.immediate_response!;
@@ -112,10 +142,12 @@ describe('at request_headers (scripted handler)', () => {
     expect(structToJson(over.first.dynamic_metadata)[NS]).toEqual(
       expect.objectContaining({ status: 431, path_taken: 'error', error_class: 'bad_request', error_step: 'headers' }),
     );
-    expect(handler.heads).toHaveLength(0);
     over.s.end();
     expect(await over.s.rest()).toEqual([]);
     expect((await over.s.status).code).toBe(grpc.status.OK);
+    expect(stepRuns).toBe(0);
+    // The observer (metrics, tracing) sees the 431 like every other answer.
+    expect(results).toEqual([expect.objectContaining({ path: 'error', status: 431, errorClass: 'bad_request', errorStep: 'headers', stepsStarted: [] })]);
   });
 
   it("the client's x-request-id, when valid, is the one in the error", async () => {
@@ -125,19 +157,20 @@ describe('at request_headers (scripted handler)', () => {
     await s.rest();
   });
 
-  it('requests not on the inference paths are never counted: they pass through as before', async () => {
-    handler.reset(() => null);
+  it('requests not on the inference paths are refused too: their forward carries our headers as well', async () => {
     for (const pseudo of [
       [[':method', 'POST'], [':path', '/v1/embeddings']],
       [[':method', 'GET'], [':path', '/v1/completions']],
     ] as Array<Array<[string, string]>>) {
       const { first, s } = await send(headerList(LIMIT * 3, [], pseudo), 'FULL_DUPLEX_STREAMED');
-      expect(first.response).toBe('request_headers');
-      expect(first.request_headers!.response?.header_mutation ?? null).toBeNull();
+      expect(first.response).toBe('immediate_response');
+      expect(first.immediate_response!.status!.code).toBe('RequestHeaderFieldsTooLarge');
       s.end();
       await s.rest();
     }
-    expect(handler.heads).toHaveLength(2);
+    // Answered from the head: nothing was passed through and no pipeline ran.
+    expect(decided).toEqual([]);
+    expect(results).toEqual([]);
   });
 
   it('a query string does not hide an inference path', async () => {
@@ -146,6 +179,29 @@ describe('at request_headers (scripted handler)', () => {
     expect(first.response).toBe('immediate_response');
     s.end();
     await s.rest();
+  });
+});
+
+describe('the protocol layer only flags the head (scripted handler)', () => {
+  const LIMIT = 20;
+  const ALLOWED = LIMIT - MAX_FORWARD_ADDED_HEADERS;
+  let h: Harness;
+  beforeAll(async () => {
+    h = await startHarness('full_duplex', 1024 * 1024, { maxRequestHeaders: LIMIT });
+  });
+  afterAll(() => h.close());
+
+  it('the head carries the count only when over; an exchange that does not refuse runs as usual', async () => {
+    h.handler.reset(() => ({}));
+    for (const n of [ALLOWED, ALLOWED + 1]) {
+      const s = h.client.open();
+      s.sendHeaders(headerList(n), { requestBodyMode: 'FULL_DUPLEX_STREAMED' });
+      s.sendBody(BODY, true);
+      expect((await s.next()).response).toBe('request_headers');
+      s.end();
+      await s.rest();
+    }
+    expect(h.handler.heads.map((head) => head.headerBudgetExceeded)).toEqual([undefined, { entries: ALLOWED + 1, allowed: ALLOWED }]);
   });
 });
 

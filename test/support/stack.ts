@@ -42,6 +42,8 @@ export interface StackOptions {
   /** Service log level (upstream verbosity 1-5); the log goes to `<dir>/service.log`. Default 2. */
   readonly logLevel?: number;
   readonly envoyLogLevel?: string;
+  /** `max_requests_per_connection` of Envoy's coordinator cluster (bootstrap default 500); 0 = none, as on a stock Envoy. */
+  readonly extProcStreamCap?: number;
   /** `server.trusted_client_headers`. Default none. */
   readonly trustedClientHeaders?: readonly string[];
   /** A whole coordinator config document instead of {@link stackConfigDoc} (given the addresses). */
@@ -138,6 +140,7 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
             prefillAddress: `127.0.0.1:${s.prefill.port}`,
             decodeAddress: `127.0.0.1:${s.decode.port}`,
             accessLogPath: join(dir, 'access.log'),
+            ...(opts.extProcStreamCap !== undefined ? { extProcStreamCap: opts.extProcStreamCap } : {}),
           },
         });
         break;

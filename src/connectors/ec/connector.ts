@@ -6,7 +6,7 @@ export type EcConnectorName = typeof EC_SHARED_STORAGE | typeof EC_NIXL;
 export const EC_CONNECTOR_NAMES: readonly EcConnectorName[] = [EC_NIXL, EC_SHARED_STORAGE];
 
 /**
- * The encoder-cache transfer protocol between encode and prefill workers (reference §4.2).
+ * The encoder-cache transfer protocol between encode and prefill workers.
  */
 export interface EcConnector {
   readonly name: EcConnectorName;

@@ -18,7 +18,7 @@ function paramsKey(stepName: string): string {
 }
 
 /**
- * `kv_connector_params` (reference §12.10): an empty map counts as absent; only kv-sglang takes
+ * `kv_connector_params`: an empty map counts as absent; only kv-sglang takes
  * any, and only `bootstrap_port` (1-65535). Returns the configured port, if any.
  */
 function readConnectorParams(name: string, stepName: string, raw: unknown): { bootstrapPort?: number } {

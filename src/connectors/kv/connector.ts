@@ -8,7 +8,7 @@ export const KV_CONNECTOR_NAMES: readonly KvConnectorName[] = [KV_NIXL, KV_SHARE
 
 /**
  * The KV-cache transfer protocol between prefill and decode workers: the `kv_transfer_params`
- * each leg carries (reference §4.1). Each call returns a fresh object the caller may put on a body.
+ * each leg carries. Each call returns a fresh object the caller may put on a body.
  */
 export interface KvConnector {
   readonly name: KvConnectorName;

@@ -38,14 +38,14 @@ function envBootstrapPort(log: Logger): number {
   return resolvedPort;
 }
 
-/** `kv_connector_params.bootstrap_port` when configured, else the env, else 8998 (reference §12.10). */
+/** `kv_connector_params.bootstrap_port` when configured, else the env, else 8998. */
 function bootstrapPort(configured: number | undefined, log: Logger): number {
   return configured ?? envBootstrapPort(log);
 }
 
 /**
  * SGLang as the baseline upstream serial `prefill` -> `decode` steps speak it: the room is a fresh
- * UUIDv4 string per request (quirk Q11), no `bootstrap_host` is sent, and decode echoes what the
+ * UUIDv4 string per request, no `bootstrap_host` is sent, and decode echoes what the
  * prefill worker answered. Kept for config compatibility only: a real SGLang prefill waits for its
  * decode peer, so this flow cannot complete against SGLang; use the `prefill-decode` step.
  */

@@ -1,6 +1,6 @@
 /**
- * The `async-broker` params (reference async-broker.md §3, plus the later revision's stricter
- * validation, coordinator-behaviour.md §12.2 item 9). Decoded strictly, as upstream: unknown keys at
+ * The `async-broker` params (with the later upstream revision's stricter
+ * validation). Decoded strictly, as upstream: unknown keys at
  * any level are rejected. Every error is a {@link ConfigError} naming the key.
  */
 import { ConfigError } from '../../config/errors';

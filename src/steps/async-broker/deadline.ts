@@ -1,6 +1,6 @@
 /**
- * Per-request timeouts and deadlines for queued modes (reference async-broker.md §2.13 a, with the
- * later revision's one-hour wait maximum, coordinator-behaviour.md §12.2 item 10).
+ * Per-request timeouts and deadlines for queued modes (with the later upstream
+ * revision's one-hour wait maximum).
  */
 import { BUILTIN_DEFAULT_SECONDS, type ModeTimeouts, type QueuedMode } from './config';
 
@@ -9,7 +9,7 @@ export const WAIT_DEFAULT_MAX_SECONDS = 3600;
 
 /**
  * A ceiling for every timeout (365 days). Upstream leaves enqueue unbounded and overflows Go's
- * duration above ~9.2e9 s (A5); any real deadline fits well below this.
+ * duration above ~9.2e9 s; any real deadline fits well below this.
  */
 export const ABSOLUTE_MAX_SECONDS = 365 * 24 * 3600;
 

@@ -1,6 +1,6 @@
 /**
  * The queue member (llm-d-async `api.InternalRequest` with `request_kind: "redis"`) and the stored
- * result (`api.ResultMessage`), reference async-broker.md §1.3 and §1.6.
+ * result (`api.ResultMessage`), field for field as llm-d-async writes and reads them.
  */
 import { randomBytes } from 'node:crypto';
 import type { JsonObject } from '../../pipeline/context';

@@ -1,6 +1,6 @@
 /**
- * JSON the way Go's `json.NewEncoder(w).Encode(v)` writes it, for the bodies this step writes itself
- * (reference async-broker.md §2.16): compact, `<`, `>`, `&`, U+2028 and U+2029 escaped, and a
+ * JSON the way Go's `json.NewEncoder(w).Encode(v)` writes it, for the bodies this step writes itself:
+ * compact, `<`, `>`, `&`, U+2028 and U+2029 escaped, and a
  * trailing newline. Callers pass objects whose keys are already in Go's order.
  */
 

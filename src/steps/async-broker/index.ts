@@ -7,9 +7,9 @@ import type { StepDeps, StepFactory, StepParams } from '../../pipeline/step';
 import { parseAsyncBrokerConfig, STEP_NAME } from './config';
 import { AsyncBrokerStep } from './step';
 
-export const ASYNC_BROKER_TYPE = STEP_NAME;
+export const ASYNC_BROKER_STEP = STEP_NAME;
 
-export { AsyncBrokerStep, type ManagedStep } from './step';
+export { AsyncBrokerStep } from './step';
 export type { AsyncBrokerConfig } from './config';
 
 /**
@@ -17,7 +17,7 @@ export type { AsyncBrokerConfig } from './config';
  * `use_openai_format` accepted), registers the step's routes, and returns the step. No Redis
  * traffic happens here: call `start()` on the returned step to connect and fail fast.
  */
-export const asyncBrokerFactory: StepFactory = (params: StepParams, deps: StepDeps): AsyncBrokerStep => {
+export const createAsyncBrokerStep: StepFactory = (params: StepParams, deps: StepDeps): AsyncBrokerStep => {
   const config = parseAsyncBrokerConfig(params);
   const step = new AsyncBrokerStep(config, deps.log.child({ step: STEP_NAME }));
   step.registerRoutes(deps.registerRoute);
@@ -30,13 +30,8 @@ export const asyncBrokerFactory: StepFactory = (params: StepParams, deps: StepDe
  */
 export function assertAsyncBrokerFirst(types: readonly string[]): void {
   types.forEach((type, i) => {
-    if (type === ASYNC_BROKER_TYPE && i !== 0) {
+    if (type === ASYNC_BROKER_STEP && i !== 0) {
       throw new ConfigError(`pipeline.steps[${i}].type`, `the "async-broker" step must be the first pipeline step, found it at position ${i + 1}`, type);
     }
   });
-}
-
-/** True for a step that owns connections and needs start/ping/close wiring. */
-export function isManagedStep(step: unknown): step is AsyncBrokerStep {
-  return step instanceof AsyncBrokerStep;
 }

@@ -1,5 +1,5 @@
 /**
- * Redis key and channel names shared with llm-d-async (reference async-broker.md §1.1, §8). These
+ * Redis key and channel names shared with llm-d-async. These
  * strings are the wire contract: the AP derives the same names from the envelope id.
  */
 

@@ -1,5 +1,5 @@
 /**
- * Passthrough quota classification (reference async-broker.md §2.13 d), on the AP redis-quota
+ * Passthrough quota classification, on the AP redis-quota
  * gate's counter (`quota:userid:<tenant>`, concurrency mode), so both sides count the same slots.
  */
 import type { Logger } from 'pino';

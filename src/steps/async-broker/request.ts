@@ -1,6 +1,5 @@
 /**
- * What the step reads from a request with the mode header, and the four checks it makes in order
- * (reference async-broker.md §2.2).
+ * What the step reads from a request with the mode header, and the four checks it makes in order.
  */
 import type { RequestContext } from '../../pipeline/context';
 import type { StepResponse } from '../../pipeline/step';

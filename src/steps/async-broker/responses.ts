@@ -1,5 +1,5 @@
 /**
- * The answers this step writes itself (reference async-broker.md §2.12, §2.16): the pending body,
+ * The answers this step writes itself: the pending body,
  * the OpenAI-style error envelope, and a stored result mapped to HTTP.
  */
 import type { StepResponse } from '../../pipeline/step';
@@ -38,7 +38,7 @@ export const DELETE_FAILED_MESSAGE = 'failed to delete the result';
 export const UNKNOWN_REQUEST_MESSAGE = 'request id is unknown, expired, or already deleted';
 export const WAIT_DEADLINE_MESSAGE = 'request deadline exceeded before a result was produced';
 
-/** Maps a stored result (§2.12). Every answer is JSON; an HTTP outcome's body is the payload verbatim. */
+/** Maps a stored result. Every answer is JSON; an HTTP outcome's body is the payload verbatim. */
 export function resultResponse(r: ResultMessage, requestId?: string): StepResponse {
   if (r.statusCode !== 0) {
     if (r.statusCode < 100 || r.statusCode > 599) {
@@ -56,7 +56,7 @@ export function resultResponse(r: ResultMessage, requestId?: string): StepRespon
     case 'CANCELLED':
       return errorResponse(499, 'cancelled', r.errorCode, r.errorMessage, requestId);
     default:
-      // GATE_ERROR, INFERENCE_ERROR, unknown codes, and the tier-priority drop with no code (A7).
+      // GATE_ERROR, INFERENCE_ERROR, unknown codes, and the tier-priority drop with no code.
       return errorResponse(502, 'api_error', r.errorCode, r.errorMessage, requestId);
   }
 }

@@ -1,6 +1,6 @@
 /**
- * The routes the step answers itself (reference async-broker.md §2.9-2.11 with the later revision's
- * validation, fixed error texts and cancelling DELETE, coordinator-behaviour.md §12.2 items 5-7).
+ * The routes the step answers itself (fetch, delete, models), with the later
+ * upstream revision's validation, fixed error texts and cancelling DELETE.
  * Tenant-scoped: a wrong tenant looks at other keys and finds nothing (410), so ids cannot be probed.
  */
 import type { Route, RouteRequest, StepResponse } from '../../pipeline/step';

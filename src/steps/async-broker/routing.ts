@@ -1,5 +1,5 @@
 /**
- * Model/tenant routing to a queue and tier (reference async-broker.md §3 `routes`), and the
+ * Model/tenant routing to a queue and tier (the `routes` param), and the
  * once-per-model log of unrouted models.
  */
 import type { QueueRoute } from './config';

@@ -1,5 +1,5 @@
 /**
- * Lua scripts, byte for byte as upstream where upstream has them (reference async-broker.md §1.10),
+ * Lua scripts, byte for byte as upstream where upstream has them,
  * so both sides run the same logic (the AP's quota gate runs identical logic under another SHA).
  * ioredis `defineCommand` runs them as EVALSHA with an EVAL fallback on NOSCRIPT, as go-redis does.
  */
@@ -37,7 +37,7 @@ return 1
 `;
 
 /**
- * The later revision's "un-cancel" (coordinator-behaviour.md §12.2 item 2). KEYS request-active,
+ * The later revision's "un-cancel". KEYS request-active,
  * request-cancel. Deletes the cancel marker only while it still equals the live token, so a retry
  * revives a cancelled but still queued copy and never touches another generation's marker.
  * 1 = revived, 0 = nothing to revive.

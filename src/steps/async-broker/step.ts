@@ -1,5 +1,5 @@
 /**
- * The `async-broker` step (reference async-broker.md §2): requests with the mode header are
+ * The `async-broker` step: requests with the mode header are
  * classified and stamped (passthrough), or queued for llm-d-async (enqueue, wait); requests without
  * it are untouched.
  */
@@ -18,18 +18,8 @@ import { admit } from './submit';
 import { holdForResult } from './wait';
 import { Wakeup } from './wakeup';
 
-/** Deprecated aliases the EPP still reads; a client must not self-assign priority through them (A3). */
+/** Deprecated aliases the EPP still reads; a client must not self-assign priority through them. */
 const DEPRECATED_ALIASES = ['x-gateway-inference-objective', 'x-gateway-inference-fairness-id'];
-
-/** Lifecycle hooks of a step that owns connections; the service calls them at start, on health checks and at shutdown. */
-export interface ManagedStep {
-  /** Connects and PINGs (5 s), then settles the wake-up mode. Rejects when Redis is unreachable. */
-  start(): Promise<void>;
-  /** Readiness: true when Redis answers PING within `timeoutMs`. Never rejects. */
-  ping(timeoutMs?: number): Promise<boolean>;
-  /** Closes the Redis connections. Idempotent. */
-  close(): Promise<void>;
-}
 
 /**
  * Removes a client header server-side. The pipeline context can only stamp, so an empty value stands
@@ -49,7 +39,7 @@ function withTimeout<T>(p: Promise<T>, ms: number): Promise<T | undefined> {
   ]).finally(() => clearTimeout(timer));
 }
 
-export class AsyncBrokerStep implements Step, ManagedStep {
+export class AsyncBrokerStep implements Step {
   readonly type = STEP_NAME;
   readonly store: BrokerStore;
   private readonly wakeup: Wakeup;
@@ -72,6 +62,7 @@ export class AsyncBrokerStep implements Step, ManagedStep {
     register(deleteRoute(this.config, this.store));
   }
 
+  /** Connects and PINGs (5 s), then settles the wake-up mode. Rejects when Redis is unreachable. */
   async start(): Promise<void> {
     const pong = await withTimeout(this.store.ping().then(() => true), 5000);
     if (!pong) throw new Error('async-broker: failed to connect to Redis: PING timed out');
@@ -83,6 +74,7 @@ export class AsyncBrokerStep implements Step, ManagedStep {
     return this.wakeup.effectiveMode();
   }
 
+  /** True when Redis answers PING within `timeoutMs`. Never rejects; reported, not gating (the step fails open). */
   async ping(timeoutMs = 1000): Promise<boolean> {
     try {
       return (await withTimeout(this.store.ping().then(() => true), timeoutMs)) === true;
@@ -91,6 +83,7 @@ export class AsyncBrokerStep implements Step, ManagedStep {
     }
   }
 
+  /** Closes the Redis connections. Idempotent. */
   async close(): Promise<void> {
     await this.wakeup.close();
     await this.store.close();

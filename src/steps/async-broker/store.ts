@@ -1,5 +1,5 @@
 /**
- * Every Redis command the step issues (reference async-broker.md §1.11), on one ioredis connection
+ * Every Redis command the step issues, on one ioredis connection
  * per step instance. Commands fail fast while Redis is unreachable (no offline queue, one attempt,
  * a command timeout); the connection heals itself in the background.
  */
@@ -150,7 +150,7 @@ export class BrokerStore {
 
   /**
    * Newest mailbox entry and the active marker, read in one transaction so a result written and
-   * cleaned up between the two reads cannot look like an unknown id (A4).
+   * cleaned up between the two reads cannot look like an unknown id.
    */
   async lookup(keys: RequestKeys): Promise<RequestState> {
     const c = await this.conn();

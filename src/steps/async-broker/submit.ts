@@ -1,7 +1,7 @@
 /**
  * Admission of a queued (enqueue or wait) request: the later revision's reattach rules for a
- * client-chosen id, with our fix for stale results, then the producer's submit (reference
- * async-broker.md §1.4, §2.7, §2.15; coordinator-behaviour.md §12.2 item 2).
+ * client-chosen id, with our fix for stale results, then the producer's submit, wire-compatible
+ * with llm-d-async.
  */
 import type { Logger } from 'pino';
 import type { RequestContext } from '../../pipeline/context';

@@ -1,5 +1,5 @@
 /**
- * The wait-mode hold (reference async-broker.md §2.8): keep the request open until its result lands,
+ * The wait-mode hold: keep the request open until its result lands,
  * its deadline passes, the wait cap ends it, or the client goes away.
  */
 import type { Logger } from 'pino';

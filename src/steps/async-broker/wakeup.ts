@@ -1,5 +1,5 @@
 /**
- * How a wait-mode hold learns that its result landed (reference async-broker.md §1.8): a keyspace
+ * How a wait-mode hold learns that its result landed: a keyspace
  * notification on the mailbox when the server publishes them, else polling. One shared subscriber
  * connection per step instance, one channel per waiting request.
  */

@@ -1,5 +1,5 @@
 /**
- * The SSRF guard's address check (reference §3.1). It is applied to the exact address a media
+ * The SSRF guard's address check. It is applied to the exact address a media
  * download is about to dial, on every hop, never to a host name: the dialer only ever connects to
  * an address this guard passed.
  */

@@ -1,5 +1,5 @@
 /**
- * `data:` image URLs (reference §3.1): `data:<mediatype>[;params],<payload>`, base64 only, and only
+ * `data:` image URLs: `data:<mediatype>[;params],<payload>`, base64 only, and only
  * the image types a vision model takes. The payload is not decoded here: it is forwarded as is.
  */
 

@@ -1,5 +1,5 @@
 /**
- * `allowed_domains` (reference §3.1): exact, case-insensitive host names. Checked against the URL
+ * `allowed_domains`: exact, case-insensitive host names. Checked against the URL
  * of the first request and of every redirect target, before anything is resolved or dialled.
  */
 import { domainToASCII } from 'node:url';

@@ -1,5 +1,5 @@
 /**
- * Downloads one image for replace-media-urls (reference §3.1), with its own HTTP client (never the
+ * Downloads one image for replace-media-urls, with its own HTTP client (never the
  * gateway's): a fresh connection per hop, dialled by IP after the SSRF guard has passed that IP.
  *
  * 400 (BadRequestError): a URL that is invalid, not http(s), or whose host (or a redirect target's)
@@ -16,22 +16,15 @@ import { Client } from 'undici';
 import type { Logger } from 'pino';
 import { discard, readCapped } from '../../gateway/read-capped';
 import { deadline } from '../../pipeline/deadline';
-import { BadRequestError, CancelledError, UPSTREAM_ERROR_BODY_CAP } from '../../pipeline/errors';
+import { BadRequestError, CancelledError, MediaUnavailableError, UPSTREAM_ERROR_BODY_CAP } from '../../pipeline/errors';
 import type { AddressGuard } from './address-guard';
 import type { DomainAllowlist } from './domain-allowlist';
 import type { Dialer, Resolver } from './network';
 import { systemResolve, tcpDial } from './network';
 
-/** A download that failed for a reason that is not the client's fault (classified 502). */
-export class MediaDownloadError extends Error {
+/** A download that failed for a reason that is not the client's fault (502, `media_unavailable`). */
+export class MediaDownloadError extends MediaUnavailableError {
   override readonly name = 'MediaDownloadError';
-  constructor(
-    message: string,
-    /** The image host's status, when it answered with something other than 200. */
-    readonly status?: number,
-  ) {
-    super(message);
-  }
 }
 
 /** As Go's http.Client: the 10th redirect in a row is refused. */
@@ -53,7 +46,7 @@ export interface DownloaderOptions {
 
 export interface DownloadedImage {
   readonly data: Buffer;
-  /** The response `Content-Type` verbatim (not validated, Q7), or `application/octet-stream`. */
+  /** The response `Content-Type` verbatim (not validated, as upstream), or `application/octet-stream`. */
   readonly contentType: string;
 }
 

@@ -20,7 +20,7 @@ export interface FeaturesF1 extends FeaturesF0 {
 }
 
 /**
- * Builds the multimodal features of a body from the request's entries (reference §2.6), or
+ * Builds the multimodal features of a body from the request's entries, or
  * `null` when there are none (the field is then omitted). With `includeKwargs`, an entry whose
  * kwargs are `""` (or unset) is emitted as JSON `null`: vLLM reads null as "take it from the
  * encoder cache by hash", whereas `""` would be decoded as an (empty, broken) inline tensor.

@@ -1,5 +1,5 @@
 /**
- * Wire-format resolution (reference §2.5): which body shape and which path a leg uses.
+ * Wire-format resolution: which body shape and which path a leg uses.
  */
 
 /** The three body shapes the coordinator emits. */

@@ -1,6 +1,6 @@
 /**
- * Validation of a client's tokens-in (`/inference/v1/generate`) request (reference §3.2, generate
- * branch). The client supplies token ids and placeholder geometry directly here, so everything a
+ * Validation of a client's tokens-in (`/inference/v1/generate`) request (the
+ * render step's generate branch). The client supplies token ids and placeholder geometry directly here, so everything a
  * later step indexes or allocates from is bounded first. Every violation is a 400.
  */
 import type { JsonObject, MultimodalEntry } from '../../pipeline/context';

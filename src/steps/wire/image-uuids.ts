@@ -3,7 +3,7 @@ import { isJsonObject } from './json';
 
 /**
  * Tags the k-th `image_url` part of the decode body with the k-th entry's hash, so the decode worker
- * can find the encoder output by hash (reference §3.6). Overwrites a client `uuid`, as upstream does.
+ * can find the encoder output by hash. Overwrites a client `uuid`, as upstream does.
  */
 export function injectImageUuids(ctx: RequestContext): void {
   const messages = ctx.body['messages'];

@@ -1,4 +1,4 @@
-/** Shared wire transforms of the built-in steps (reference §2.5, §2.6). Steps import these, never each other. */
+/** Shared wire transforms of the built-in steps. Steps import these, never each other. */
 export * from './format';
 export * from './json';
 export * from './single-token';

@@ -1,5 +1,5 @@
 /**
- * The prefill leg's body (reference §3.5): shared by the `prefill` step and the `prefill-decode`
+ * The prefill leg's body: shared by the `prefill` step and the `prefill-decode`
  * step, which sends the same body with its transfer fields at the top level.
  */
 import type { JsonObject, RequestContext } from '../../pipeline/context';
@@ -42,7 +42,7 @@ export function buildPrefillBody(
       return body;
     }
     case 'completions': {
-      // A fresh body: client sampling fields are not carried to prefill (Q4).
+      // A fresh body: client sampling fields are not carried to prefill.
       const prompt = ctx.tokenIds && ctx.tokenIds.length > 0 ? ctx.tokenIds : (ctx.body['prompt'] ?? null);
       const body: JsonObject = { request_id: ctx.requestId, model: ctx.model, prompt };
       if (kv) body['kv_transfer_params'] = kv;
@@ -52,7 +52,7 @@ export function buildPrefillBody(
       return body;
     }
     case 'generate': {
-      // A fresh body: the client's sampling_params are not carried (Q3); vLLM's generate
+      // A fresh body: the client's sampling_params are not carried; vLLM's generate
       // endpoint reads transfer params only from sampling_params.extra_args.
       const body: JsonObject = { request_id: ctx.requestId, token_ids: ctx.tokenIds, model: ctx.model };
       const sampling = capSingleTokenOutput(body, format);

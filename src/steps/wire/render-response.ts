@@ -1,12 +1,13 @@
 /**
- * Reading the render service's answers (reference §3.2, §4.3) with the semantics of upstream's
+ * Reading the render service's answers with the semantics of upstream's
  * typed Go decode: only the fields it declares are read and type-checked, JSON `null` leaves a
- * field at its zero value, and a wrong type anywhere in a read field fails the decode, which is a
- * plain error (502), never the client's fault.
+ * field at its zero value, and a wrong type anywhere in a read field fails the decode: an
+ * UpstreamInvalidError (502, `upstream_invalid`), never the client's fault.
  */
 import type { PlaceholderJson } from './features';
 import { MODALITY_IMAGE } from './features';
 import { decodeFirstJsonValue, isJsonObject, jsonTypeName } from './json';
+import { UpstreamInvalidError } from '../../pipeline/errors';
 
 /** What a chat render yields for the request's images, in order. */
 export interface ChatRenderResult {
@@ -19,7 +20,16 @@ export interface ChatRenderResult {
 }
 
 function fail(what: string): never {
-  throw new Error(`decoding render response: ${what}`);
+  throw new UpstreamInvalidError(`decoding render response: ${what}`);
+}
+
+/** A body that is not JSON is the render service's fault like any other unusable answer. */
+function decodeJson(body: Buffer): unknown {
+  try {
+    return decodeFirstJsonValue(body);
+  } catch (err) {
+    return fail((err as Error).message);
+  }
 }
 
 /** Go `int`: any integer that fits in 64 bits. Null decodes to 0. */
@@ -69,7 +79,7 @@ function placeholder(v: unknown, where: string): PlaceholderJson {
 
 /** The answer of `POST <address>/v1/chat/completions/render`. */
 export function decodeChatRenderResponse(body: Buffer): ChatRenderResult {
-  const v = decodeFirstJsonValue(body);
+  const v = decodeJson(body);
   if (v === null) return { tokenIds: null, hashes: [], placeholders: [], kwargs: [] };
   if (!isJsonObject(v)) fail(`expected an object, got ${jsonTypeName(v)}`);
   const tokenIds = goIntSlice(v['token_ids'], 'token_ids');
@@ -89,7 +99,7 @@ export function decodeChatRenderResponse(body: Buffer): ChatRenderResult {
  * `token_ids` is read. Returns each element's token ids (`null` when absent).
  */
 export function decodeCompletionsRenderResponse(body: Buffer): Array<number[] | null> {
-  const v = decodeFirstJsonValue(body);
+  const v = decodeJson(body);
   if (v === null) return [];
   if (!Array.isArray(v)) fail(`expected an array, got ${jsonTypeName(v)}`);
   return v.map((el, i) => {

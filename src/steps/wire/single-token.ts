@@ -4,7 +4,7 @@ import { isJsonObject } from './json';
 
 /**
  * Turns a body into a single-output-token, non-streaming request for the synthetic prefill and
- * encode legs (reference §2.6). The limits live in `sampling_params` for generate (created when
+ * encode legs. The limits live in `sampling_params` for generate (created when
  * absent or not an object) and at the top level otherwise; `stream` and `stream_options` are
  * always top-level. `min_tokens` is removed rather than clamped so it can never exceed the cap.
  * `max_completion_tokens` is capped only if present, never added; `max_output_tokens` is left

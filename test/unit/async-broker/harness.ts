@@ -4,7 +4,7 @@ import { sanitiseRequestId } from '../../../src/pipeline/request-id';
 import type { Route, StepDeps, StepResponse } from '../../../src/pipeline/step';
 import { silentLogger } from '../../../src/observability/logger';
 import type Redis from 'ioredis';
-import { asyncBrokerFactory, type AsyncBrokerStep } from '../../../src/steps/async-broker';
+import { createAsyncBrokerStep, type AsyncBrokerStep } from '../../../src/steps/async-broker';
 import { RedisServer } from '../../support/redis';
 
 export interface Built {
@@ -14,7 +14,7 @@ export interface Built {
 
 export function deps(routes: Route[] = []): StepDeps {
   return {
-    gateway: undefined as never,
+    gateway: undefined,
     clientFor: (() => {
       throw new Error('not used');
     }) as never,
@@ -29,7 +29,7 @@ const live: AsyncBrokerStep[] = [];
 /** The step as the pipeline builds it (builder-injected params included). Closed by {@link closeAll}. */
 export function build(params: Record<string, unknown>): Built {
   const routes: Route[] = [];
-  const step = asyncBrokerFactory({ use_openai_format: true, ...params }, deps(routes)) as AsyncBrokerStep;
+  const step = createAsyncBrokerStep({ use_openai_format: true, ...params }, deps(routes)) as AsyncBrokerStep;
   live.push(step);
   return { step, routes };
 }

@@ -5,7 +5,7 @@
  */
 import { build, sleep, useRedis } from './harness';
 import { PipelineHandler } from '../../../src/pipeline/handler';
-import type { ForwardDecision } from '../../../src/pipeline/decision';
+import type { ForwardDecision, RespondDecision } from '../../../src/pipeline/decision';
 import type { Step } from '../../../src/pipeline/step';
 import { silentLogger } from '../../../src/observability/logger';
 
@@ -38,4 +38,25 @@ test('a limited tenant sending requests one after another is reserved every time
     for (let t = 0; t < 20 && (await db.redis.get('quota:userid:limited-team')) !== '0'; t++) await sleep(25);
   }
   expect(seen).toEqual(['interactive-reserved', 'interactive-reserved', 'interactive-reserved']);
+});
+
+test("the step's own answers (a 202 enqueue, a 400 refusal) are path_taken step_response, never cache_hit", async () => {
+  const { step } = build({
+    redis_url: db.server.url(),
+    wakeup_mode: 'poll',
+    routes: [{ model: 'test-model', queue: 'q', tier: 'interactive' }],
+  });
+  await step.start();
+  const handler = new PipelineHandler({ steps: [step, decode], maxBodyBytes: 1 << 20, log: silentLogger() });
+  const body = Buffer.from(JSON.stringify({ model: 'test-model', messages: [{ role: 'user', content: 'hi' }] }));
+  const answer = async (mode: string) => {
+    const ex = handler.begin({ method: 'POST', path: '/v1/chat/completions', headers: { 'x-ap-mode': mode, 'x-team': 't' } })!;
+    return (await ex.complete(body)) as RespondDecision;
+  };
+  const enqueued = await answer('enqueue');
+  expect(enqueued).toMatchObject({ kind: 'respond', status: 202 });
+  expect(enqueued.metadata).toMatchObject({ path_taken: 'step_response', status: 202 });
+  const refused = await answer('sometimes');
+  expect(refused).toMatchObject({ kind: 'respond', status: 400 });
+  expect(refused.metadata).toMatchObject({ path_taken: 'step_response', status: 400 });
 });

@@ -247,7 +247,7 @@ describe('conditional-decode: body shape per format (§3.3, §3.8)', () => {
 
 describe('conditional-decode: construction and helpers', () => {
   it('rejects a missing gateway and a non-boolean use_openai_format; ignores other keys', () => {
-    expect(() => createConditionalDecodeStep({}, { ...td.deps, gateway: null as never })).toThrow(ConfigError);
+    expect(() => createConditionalDecodeStep({}, { ...td.deps, gateway: undefined })).toThrow(/^gateway\.address: /);
     expect(() => createConditionalDecodeStep({ use_openai_format: 'yes' }, td.deps)).toThrow(ConfigError);
     expect(createConditionalDecodeStep({ kv_connector: 'kv-nixl', endpoint: 'x' }, td.deps).type).toBe('conditional-decode');
   });

@@ -24,6 +24,11 @@ describe('parseConfig', () => {
     expect(c.pipeline.steps).toEqual([]);
   });
 
+  test("the ext_proc listener's HTTP/2 stream-reset budget defaults far above Node's (1000, 33/s)", () => {
+    expect(parseConfig({}, {}).server.sessionLimits).toEqual({ streamResetBurst: 100_000, streamResetRate: 10_000 });
+    expect(parseConfig({ server: { stream_reset_burst: 5000, stream_reset_rate: 500 } }, {}).server.sessionLimits).toEqual({ streamResetBurst: 5000, streamResetRate: 500 });
+  });
+
   test('max_request_body_size 0 means 64 MiB, as upstream', () => {
     expect(parseConfig({ server: { max_request_body_size: 0 } }, {}).server.maxRequestBodyBytes).toBe(64 * 1024 * 1024);
   });
@@ -50,6 +55,8 @@ describe('parseConfig', () => {
     [{ pipeline: { steps: [{ params: {} }] } }, 'pipeline.steps[0].type: expected a step type name'],
     [{ pipeline: { steps: [{ type: 'render', params: [] }] } }, 'pipeline.steps[0].params: expected a map'],
     [{ server: 'x' }, 'server: expected a map'],
+    [{ server: { stream_reset_burst: 0 } }, 'server.stream_reset_burst: expected an integer >= 1'],
+    [{ server: { stream_reset_rate: 2 ** 32 } }, 'server.stream_reset_rate: expected at most 4294967295'],
   ])('a bad value names the key: %j', (doc, message) => {
     expect(() => parseConfig(doc, {})).toThrow(ConfigError);
     expect(() => parseConfig(doc, {})).toThrow(message);

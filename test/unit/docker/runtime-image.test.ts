@@ -71,6 +71,16 @@ function cleanEnv(extra: Record<string, string>): NodeJS.ProcessEnv {
 }
 
 describe('Dockerfile', () => {
+  test('builds and runs on Node 24 (package.json engines), the runtime on distroless nodejs24', () => {
+    const engines = (JSON.parse(fs.readFileSync(path.join(REPO_ROOT, 'package.json'), 'utf8')) as { engines: { node: string } }).engines.node;
+    expect(engines).toBe('>=24');
+    const arg = (name: string) => new RegExp(`^ARG ${name}=(\\S+)$`, 'm').exec(dockerfileText)?.[1];
+    expect(arg('BUILD_IMAGE')).toMatch(/^node:24-/);
+    expect(arg('RUNTIME_IMAGE')).toMatch(/^gcr\.io\/distroless\/nodejs24-debian\d+:nonroot$/);
+    // The replay below runs the entry point with this test's Node: it must be the same major.
+    expect(Number(process.versions.node.split('.')[0])).toBeGreaterThanOrEqual(24);
+  });
+
   test('is multi-stage: a build stage, a production-dependencies stage and a runtime stage', () => {
     expect(stages.length).toBeGreaterThanOrEqual(2);
     const runs = (s: Stage) => s.instructions.filter((i) => i.keyword === 'RUN').map((i) => i.args);

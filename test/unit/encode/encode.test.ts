@@ -298,8 +298,9 @@ describe('encode: params', () => {
     expect(() => encode({ ec_connector: 'ec-magic' })).toThrow('encode: unknown ec_connector: "ec-magic"');
   });
 
-  it('requires a gateway client', () => {
-    const deps = { ...td.deps, gateway: undefined } as unknown as StepDeps;
+  it('refuses to build without a gateway client, naming gateway.address', () => {
+    const deps: StepDeps = { ...td.deps, gateway: undefined };
     expect(() => encode({}, deps)).toThrow(ConfigError);
+    expect(() => encode({}, deps)).toThrow(/^gateway\.address: expected an http:\/\/ or https:\/\/ URL \(the "encode" step/);
   });
 });

@@ -134,7 +134,7 @@ const title = haveEgctl ? 'Envoy Gateway translation of config/k8s' : 'Envoy Gat
     expect(cluster).toBeDefined();
     const opts = (cluster['typedExtensionProtocolOptions'] as Json)['envoy.extensions.upstreams.http.v3.HttpProtocolOptions'] as Json;
     expect((opts['explicitHttpConfig'] as Json)['http2ProtocolOptions']).toEqual({ initialStreamWindowSize: 4 * 1024 * 1024, initialConnectionWindowSize: 16 * 1024 * 1024 });
-    // Drained before Node's nghttp2 rapid-reset guard (about 1000 resets) can end a session.
+    // Defence in depth (the coordinator takes Envoy's per-stream resets itself, faults/stock-envoy).
     expect((opts['commonHttpProtocolOptions'] as Json)['maxRequestsPerConnection']).toBe(500);
     expect((cluster['circuitBreakers'] as { thresholds: Json[] }).thresholds[0]).toMatchObject({ maxConnections: 20000, maxPendingRequests: 20000, maxRequests: 20000 });
     expect((cluster['healthChecks'] as Json[])[0]).toMatchObject({ grpcHealthCheck: { serviceName: 'envoy.service.ext_proc.v3.ExternalProcessor' } });

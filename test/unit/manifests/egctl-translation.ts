@@ -23,9 +23,9 @@ export function envoyBinary(): string | undefined {
   return p && fs.existsSync(p) ? p : undefined;
 }
 
-/** The manifests as egctl should see them, plus the GatewayClass the Gateways name. */
-export function translationInput(): K8sObject[] {
-  const objs = loadManifests().map((m) => structuredClone(m.obj));
+/** The manifests (config/k8s unless given) as egctl should see them, plus the GatewayClass the Gateways name. */
+export function translationInput(manifests: readonly K8sObject[] = loadManifests().map((m) => m.obj)): K8sObject[] {
+  const objs = manifests.map((o) => structuredClone(o));
   const pools = new Map<string, number>();
   for (const o of objs) {
     if (o.kind === 'InferencePool') {

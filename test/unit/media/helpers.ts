@@ -52,9 +52,9 @@ export async function run(step: Step, body: JsonObject, signal?: AbortSignal) {
   const ctx = makeCtx({ body, signal });
   try {
     await step.execute(ctx);
-    return { ctx, status: 200, error: null as Error | null, message: '' };
+    return { ctx, status: 200, error: null as Error | null, message: '', errorClass: null as string | null };
   } catch (err) {
     const c = classify(err, 'rid');
-    return { ctx, status: c.status, error: err as Error, message: c.message };
+    return { ctx, status: c.status, error: err as Error, message: c.message, errorClass: c.errorClass as string | null };
   }
 }

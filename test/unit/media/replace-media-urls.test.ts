@@ -273,6 +273,7 @@ describe('replace-media-urls: download failures (502)', () => {
     const r = await run(step(), body);
     expect(r.status).toBe(502);
     expect(r.error).toBeInstanceOf(MediaDownloadError);
+    expect(r.errorClass).toBe('media_unavailable');
     expect(r.error!.message).toBe(`downloading ${server.url}/x: HTTP ${status}`);
     // The client sees neither the host's answer nor the URL.
     expect(r.message).toBe('internal error (request_id: rid)');
@@ -286,6 +287,7 @@ describe('replace-media-urls: download failures (502)', () => {
     await new Promise<void>((resolve) => closed.close(() => resolve()));
     const r = await run(step(), chatWith(`http://127.0.0.1:${port}/a.png`));
     expect(r.status).toBe(502);
+    expect(r.errorClass).toBe('media_unavailable');
     expect(r.error!.message).toMatch(/^downloading http:\/\/127\.0\.0\.1:\d+\/a\.png: request failed: ECONNREFUSED/);
   });
 

@@ -6,7 +6,7 @@ import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { PooledSideCallClient } from '../../../src/gateway/client';
 import type { RequestContext } from '../../../src/pipeline/context';
-import { TransportError, UpstreamError } from '../../../src/pipeline/errors';
+import { MediaUnavailableError, TransportError, UpstreamError, UpstreamInvalidError } from '../../../src/pipeline/errors';
 import { PipelineHandler } from '../../../src/pipeline/handler';
 import type { Step } from '../../../src/pipeline/step';
 import { silentLogger } from '../../../src/observability/logger';
@@ -163,6 +163,9 @@ describe('pipeline hooks', () => {
     ['upstream_4xx', new UpstreamError('prefill', 429, 'body')],
     ['upstream_transport', new TransportError('prefill', 'request failed: ECONNREFUSED')],
     ['internal', new Error('boom')],
+    // Upstream's error_code vocabulary has no finer class: these count as internal there.
+    ['internal', new UpstreamInvalidError('prefill: decode response: expected an object, got array')],
+    ['internal', new MediaUnavailableError('downloading http://img/x: HTTP 404', 404)],
   ])('a failing step counts a step error and a request error: %s', async (code, err) => {
     const m = new CoordinatorMetrics({ processMetrics: false });
     const h = handlerWith(m, [
@@ -203,14 +206,22 @@ describe('pipeline hooks', () => {
     expect(await value(m, 'llm_d_coordinator_request_error_total', { error_code: 'cancelled' })).toBe(1);
   });
 
-  test('a step answering the client is a cache_hit; requests Envoy passes through are counted as passthrough', async () => {
+  test('a step serving a worker\'s answer is a cache_hit; requests Envoy passes through are counted as passthrough', async () => {
     const m = new CoordinatorMetrics({ processMetrics: false });
-    const h = handlerWith(m, [step('conditional-decode', () => ({ respond: { status: 200, headers: {}, body: Buffer.from('x') } })), decode]);
+    const h = handlerWith(m, [step('conditional-decode', () => ({ respond: { status: 200, headers: {}, body: Buffer.from('x') }, cacheHit: true })), decode]);
     await send(h, { model: 'm' });
     expect(h.begin({ method: 'GET', path: '/v1/models', headers: {} })).not.toBeNull();
     expect(await value(m, 'epd_coordinator_decisions_total', { path: 'cache_hit' })).toBe(1);
     expect(await value(m, 'epd_coordinator_decisions_total', { path: 'passthrough' })).toBe(1);
     expect(await value(m, 'llm_d_coordinator_execution_path_total', { model_name: 'm', path: 'decode-only' })).toBe(1);
+  });
+
+  test('a step\'s own answer (an async-broker 202, a refusal) is a step_response, not a cache_hit', async () => {
+    const m = new CoordinatorMetrics({ processMetrics: false });
+    const h = handlerWith(m, [step('async-broker', () => ({ respond: { status: 202, headers: {}, body: Buffer.from('{}') } })), decode]);
+    await send(h, { model: 'm' });
+    expect(await value(m, 'epd_coordinator_decisions_total', { path: 'step_response' })).toBe(1);
+    expect(await value(m, 'epd_coordinator_decisions_total', { path: 'cache_hit' })).toBe(0);
   });
 
   test('stream hooks: active streams up and down, one duration per stream', async () => {

@@ -207,11 +207,11 @@ describe('tracing on', () => {
   });
 });
 
-describe('step lifecycle (duck typed)', () => {
+describe('step lifecycle (the optional Step hooks)', () => {
   test('start() runs before listening, ready() gates readiness, close() runs at shutdown', async () => {
     const calls: string[] = [];
     let healthy = true;
-    const factory: StepFactory = (): Step & Record<string, unknown> => ({
+    const factory: StepFactory = (): Step => ({
       type: 'managed',
       execute: async () => undefined,
       start: async () => void calls.push('start'),
@@ -239,7 +239,7 @@ describe('step lifecycle (duck typed)', () => {
 
   test('a ping()-only dependency (the async broker\'s Redis) is reported on its own service and never takes readiness down', async () => {
     let up = true;
-    const factory: StepFactory = (): Step & Record<string, unknown> => ({ type: 'queue', execute: async () => undefined, ping: async () => up });
+    const factory: StepFactory = (): Step => ({ type: 'queue', execute: async () => undefined, ping: async () => up });
     const service = await startService(config(upstream.url, { steps: [{ type: 'queue' }], server: { metrics_addr: 'off' } }), {
       log: silentLogger(),
       readinessIntervalMs: 30,
@@ -262,7 +262,7 @@ describe('step lifecycle (duck typed)', () => {
 
   test('a step whose start() fails stops start-up, and what was opened is closed', async () => {
     const closed: string[] = [];
-    const factory: StepFactory = (): Step & Record<string, unknown> => ({
+    const factory: StepFactory = (): Step => ({
       type: 'broken',
       execute: async () => undefined,
       start: async () => {
@@ -274,6 +274,29 @@ describe('step lifecycle (duck typed)', () => {
       startService(config(upstream.url, { steps: [{ type: 'broken' }] }), { log: silentLogger(), registerSteps: (r) => r.register('broken', factory) }),
     ).rejects.toThrow('redis unreachable');
     expect(closed).toEqual(['close']);
+  });
+});
+
+describe('a gateway step without gateway.address', () => {
+  test.each([
+    [[{ type: 'prefill' }, { type: 'decode' }], 'prefill'],
+    [[{ type: 'decode' }], 'decode'],
+    [[{ type: 'encode' }, { type: 'decode' }], 'encode'],
+    [[{ type: 'conditional-decode' }, { type: 'decode' }], 'conditional-decode'],
+    [[{ type: 'prefill-decode', params: { kv_connector: 'kv-sglang' } }], 'prefill-decode'],
+  ])('%j stops start-up, naming gateway.address and the %s step', async (steps, step) => {
+    const cfg = parseConfig({ server: { listen_addr: '127.0.0.1:0', metrics_addr: 'off' }, pipeline: { steps } }, {});
+    expect(cfg.gateway.address).toBe('');
+    const attempt = startService(cfg, { log: silentLogger() });
+    await expect(attempt).rejects.toThrow(ConfigError);
+    await expect(attempt).rejects.toThrow(`gateway.address: expected an http:// or https:// URL (the "${step}" step sends its side calls to the gateway)`);
+  });
+
+  test('a pipeline with no gateway step starts without one', async () => {
+    const factory: StepFactory = (): Step => ({ type: 'local', execute: async () => undefined });
+    const cfg = parseConfig({ server: { listen_addr: '127.0.0.1:0', metrics_addr: 'off' }, pipeline: { steps: [{ type: 'local' }] } }, {});
+    const service = await startService(cfg, { log: silentLogger(), registerSteps: (r) => r.register('local', factory) });
+    await service.close(0);
   });
 });
 

@@ -1,6 +1,6 @@
 import { PipelineHandler } from '../../../src/pipeline/handler';
 import type { Decision, RespondDecision, ForwardDecision } from '../../../src/pipeline/decision';
-import { BadRequestError, UpstreamError, TransportError } from '../../../src/pipeline/errors';
+import { BadRequestError, MediaUnavailableError, UpstreamError, UpstreamInvalidError, TransportError } from '../../../src/pipeline/errors';
 import type { RequestContext } from '../../../src/pipeline/context';
 import type { Step } from '../../../src/pipeline/step';
 import { silentLogger } from '../../../src/observability/logger';
@@ -89,7 +89,9 @@ describe('PipelineHandler', () => {
   test.each([
     ['an upstream 5xx', new UpstreamError('prefill', 500, 'SECRET'), 'upstream_5xx'],
     ['a transport failure', new TransportError('render', 'request failed: ECONNREFUSED'), 'transport'],
-    ['any other error', new Error('render returned 2 mm_hashes but expected 1'), 'internal'],
+    ['an unusable upstream answer', new UpstreamInvalidError('render returned 2 mm_hashes but expected 1'), 'upstream_invalid'],
+    ['an image that could not be fetched', new MediaUnavailableError('downloading http://img/x: HTTP 404', 404), 'media_unavailable'],
+    ['any other error (our own bug)', new TypeError("cannot read properties of undefined (reading 'x')"), 'internal'],
   ])('%s is a 502 with a generic message', async (_label, err, cls) => {
     const d = (await run([step('prefill', () => { throw err; })], '{}', { 'x-request-id': 'r2' })) as RespondDecision;
     expect(d.status).toBe(502);
@@ -100,11 +102,19 @@ describe('PipelineHandler', () => {
   test('a step that answers the client ends the pipeline; later steps do not run', async () => {
     const later = jest.fn();
     const d = (await run(
-      [step('conditional-decode', () => ({ respond: { status: 200, headers: { 'content-type': 'text/plain' }, body: Buffer.from('hit') } })), step('decode', later)],
+      [step('conditional-decode', () => ({ respond: { status: 200, headers: { 'content-type': 'text/plain' }, body: Buffer.from('hit') }, cacheHit: true })), step('decode', later)],
       '{}',
     )) as RespondDecision;
     expect(d).toMatchObject({ kind: 'respond', status: 200 });
     expect(d.metadata['path_taken']).toBe('cache_hit');
+    expect(later).not.toHaveBeenCalled();
+  });
+
+  test('a step\'s own answer (not a served worker answer) is path_taken step_response', async () => {
+    const later = jest.fn();
+    const d = (await run([step('async-broker', () => ({ respond: { status: 429, headers: {}, body: Buffer.from('{}') } })), step('decode', later)], '{}')) as RespondDecision;
+    expect(d).toMatchObject({ kind: 'respond', status: 429 });
+    expect(d.metadata).toMatchObject({ path_taken: 'step_response', status: 429 });
     expect(later).not.toHaveBeenCalled();
   });
 

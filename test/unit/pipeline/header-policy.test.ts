@@ -4,7 +4,7 @@
  */
 import { GATEWAY_HEADERS, headerPolicy, HeaderPolicyError, screenHeaders, DEFAULT_HEADER_POLICY } from '../../../src/pipeline/header-policy';
 import { PipelineHandler } from '../../../src/pipeline/handler';
-import type { ForwardDecision, RespondDecision } from '../../../src/pipeline/decision';
+import type { ForwardDecision } from '../../../src/pipeline/decision';
 import type { RequestContext } from '../../../src/pipeline/context';
 import type { Step } from '../../../src/pipeline/step';
 import { silentLogger } from '../../../src/observability/logger';
@@ -136,7 +136,8 @@ describe('PipelineHandler with the header policy', () => {
 
   test.each([['POST', '/v1/chat/completions'], ['GET', '/v1/models']])('%s %s with a non-ASCII header value: 400 naming it, no step runs', async (method, path) => {
     const ex = handler().begin({ method, path, headers: { 'x-request-id': 'r-1', 'x-client-note': 'caf\xe9' } })!;
-    const d = (await ex.complete(Buffer.alloc(0))) as RespondDecision;
+    // Refused from the head: the protocol layer sends this at once and reads no body.
+    const d = ex.refused!;
     expect(d.status).toBe(400);
     expect(JSON.parse((d.body as Buffer).toString()).error.message).toBe('header "x-client-note" has a value that is not visible ASCII (request_id: r-1)');
     expect(seen).toHaveLength(0);

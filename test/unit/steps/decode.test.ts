@@ -213,7 +213,7 @@ describe('decode: connectors and params', () => {
   it('rejects an unknown connector, a bad use_openai_format and a missing gateway', () => {
     expect(() => decode({ kv_connector: 'kv-bogus' })).toThrow('decode: unknown kv_connector: "kv-bogus"');
     expect(() => decode({ use_openai_format: 'false' })).toThrow(ConfigError);
-    const deps = { ...up.td.deps, gateway: null } as unknown as StepDeps;
+    const deps: StepDeps = { ...up.td.deps, gateway: undefined };
     expect(() => createDecodeStep({}, deps)).toThrow(ConfigError);
   });
 

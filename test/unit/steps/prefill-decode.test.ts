@@ -137,14 +137,14 @@ describe('prefill-decode', () => {
   });
 
   it.each([
-    ['500', { status: 500 }, 502],
-    ['503', { status: 503 }, 502],
-    ['412 with the header', { status: 412 }, 412],
-    ['429', { status: 429 }, 429],
-    ['204 without the header', { endpoint: null }, 502],
-    ['an endpoint without a port', { endpoint: '10.0.3.7' }, 502],
-    ['200 (an EPP that forwarded the ask)', { status: 200 }, 502],
-  ])('reserve failure (%s): %p -> %d, nothing else sent, nothing forwarded', async (_name, reserve, status) => {
+    ['500', { status: 500 }, 502, 'upstream_5xx'],
+    ['503', { status: 503 }, 502, 'upstream_5xx'],
+    ['412 with the header', { status: 412 }, 412, 'upstream_4xx'],
+    ['429', { status: 429 }, 429, 'upstream_4xx'],
+    ['204 without the header', { endpoint: null }, 502, 'upstream_invalid'],
+    ['an endpoint without a port', { endpoint: '10.0.3.7' }, 502, 'upstream_invalid'],
+    ['200 (an EPP that forwarded the ask)', { status: 200 }, 502, 'upstream_invalid'],
+  ])('reserve failure (%s): %p -> %d %s, nothing else sent, nothing forwarded', async (_name, reserve, status, errorClass) => {
     gateway.respond = epp(reserve);
     const ctx = makeCtx({ body: chat() });
     let caught: unknown;
@@ -154,6 +154,7 @@ describe('prefill-decode', () => {
       caught = err;
     }
     expect(classify(caught, 'rid').status).toBe(status);
+    expect(classify(caught, 'rid').errorClass).toBe(errorClass);
     await new Promise((r) => setTimeout(r, 20));
     expect(gateway.seen).toHaveLength(1);
     expect(ctx.decode).toBeNull();

@@ -1,5 +1,5 @@
 import { ConfigError } from '../../../src/config/errors';
-import { BadRequestError, CancelledError, TransportError, UpstreamError } from '../../../src/pipeline/errors';
+import { BadRequestError, CancelledError, TransportError, UpstreamError, UpstreamInvalidError, classify } from '../../../src/pipeline/errors';
 import type { StepDeps, StepParams } from '../../../src/pipeline/step';
 import { createPrefillStep } from '../../../src/steps/prefill';
 import { chatBodyWithImages, entry, FakeUpstream, makeCtx, TestDeps } from './fake-upstream';
@@ -192,10 +192,11 @@ describe('prefill: headers and answers', () => {
     await expect(prefill().execute(makeCtx())).rejects.toMatchObject({ step: 'prefill', status: 204 });
   });
 
-  it.each(['not json', '[1,2]', '"str"', ''])('fails with a plain error on the answer %j', async (answer) => {
+  it.each(['not json', '[1,2]', '"str"', ''])('fails with an unusable-answer error (502, upstream_invalid) on the answer %j', async (answer) => {
     gateway.respond = () => ({ body: answer });
     const err = await prefill().execute(makeCtx()).catch((e: unknown) => e);
-    expect(err).toBeInstanceOf(Error);
+    expect(err).toBeInstanceOf(UpstreamInvalidError);
+    expect(classify(err, 'r')).toMatchObject({ status: 502, errorClass: 'upstream_invalid', message: 'internal error (request_id: r)' });
     expect(err).not.toBeInstanceOf(UpstreamError);
     expect(err).not.toBeInstanceOf(BadRequestError);
     expect((err as Error).message).toMatch(/^prefill: decode response/);
@@ -308,8 +309,9 @@ describe('prefill: params', () => {
     expect(gateway.seen[0]!.path).toBe('/v1/chat/completions');
   });
 
-  it('requires a gateway client', () => {
-    const deps = { ...td.deps, gateway: undefined } as unknown as StepDeps;
+  it('refuses to build without a gateway client, naming gateway.address', () => {
+    const deps: StepDeps = { ...td.deps, gateway: undefined };
     expect(() => createPrefillStep({}, deps)).toThrow(ConfigError);
+    expect(() => createPrefillStep({}, deps)).toThrow(/^gateway\.address: expected an http:\/\/ or https:\/\/ URL \(the "prefill" step/);
   });
 });

@@ -1,5 +1,5 @@
 import { ConfigError } from '../../../src/config/errors';
-import { BadRequestError, CancelledError, TransportError, UpstreamError } from '../../../src/pipeline/errors';
+import { BadRequestError, CancelledError, TransportError, UpstreamError, UpstreamInvalidError, classify } from '../../../src/pipeline/errors';
 import { createRenderStep } from '../../../src/steps/render';
 import type { Step, StepParams } from '../../../src/pipeline/step';
 import type { JsonObject } from '../../../src/pipeline/context';
@@ -119,14 +119,22 @@ describe('render: chat', () => {
     ['mm_hashes', { mm_hashes: { image: ['a'] }, mm_placeholders: { image: [{ offset: 1, length: 1 }, { offset: 2, length: 1 }] }, kwargs_data: { image: ['k', 'k'] } }, 'render returned 1 mm_hashes but expected 2'],
     ['mm_placeholders', { mm_hashes: { image: ['a', 'b'] }, mm_placeholders: { image: [] }, kwargs_data: { image: ['k', 'k'] } }, 'render returned 0 mm_placeholders but expected 2'],
     ['kwargs_data', { mm_hashes: { image: ['a', 'b'] }, mm_placeholders: { image: [{ offset: 1, length: 1 }, { offset: 2, length: 1 }] } }, 'render returned 0 kwargs_data but expected 2'],
-  ])('fails with a plain error (502) when %s does not match the images', async (_n, features, msg) => {
+  ])('fails with an unusable-answer error (502, upstream_invalid) when %s does not match the images', async (_n, features, msg) => {
     renderService.respond = () => ({ body: { token_ids: [1, 2, 3], features } });
     const p = render().execute(makeCtx({ body: chatBodyWithImages(2), entries: seedEntries(2) }));
     await expect(p).rejects.toThrow(msg);
-    await expect(p).rejects.not.toThrow(BadRequestError);
+    await expect(p).rejects.toThrow(UpstreamInvalidError);
+    expect(classify(await p.catch((e: unknown) => e), 'r')).toMatchObject({ status: 502, errorClass: 'upstream_invalid' });
   });
 
-  it('fails a multimodal request without replace-media-urls (no seeded entries) with a plain error (Q8)', async () => {
+  it('a render body that is not JSON is upstream_invalid (502)', async () => {
+    renderService.respond = () => ({ body: 'not json' });
+    const err = await render().execute(makeCtx({ body: chatBodyWithImages(1), entries: seedEntries(1) })).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(UpstreamInvalidError);
+    expect(classify(err, 'r')).toMatchObject({ status: 502, errorClass: 'upstream_invalid' });
+  });
+
+  it('fails a multimodal request without replace-media-urls (no seeded entries) with an upstream_invalid error', async () => {
     renderService.respond = () => ({ body: chatAnswer(1) });
     const p = render().execute(makeCtx({ body: chatBodyWithImages(1) }));
     await expect(p).rejects.toThrow('render returned 1 mm_hashes but expected 0');

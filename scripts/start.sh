@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# npm start [-- --config FILE ...]: the built service (dist/, built first if missing) on Node 24.
+# npm runs this at the package root, where the default config/coordinator.yaml and relative paths
+# inside a config resolve as before; a relative `--config FILE` is taken from the folder `npm start`
+# was typed in (npm's INIT_CWD), so it works from anywhere in the checkout.
+set -euo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+bash scripts/ensure-deps.sh node
+source scripts/node-env.sh
+if [ ! -f dist/src/main.js ]; then
+  echo "[start] building dist/ (npm run build)" >&2
+  npx tsc -p tsconfig.json
+fi
+from="${INIT_CWD:-$root}"
+args=()
+while [ $# -gt 0 ]; do
+  a="$1"; shift
+  if { [ "$a" = "--config" ] || [ "$a" = "-config" ]; } && [ $# -gt 0 ]; then
+    f="$1"; shift
+    [[ "$f" = /* ]] || f="$from/$f"
+    args+=("$a" "$f")
+  elif [[ "$a" == --config=* || "$a" == -config=* ]]; then
+    f="${a#*=}"
+    [[ "$f" = /* ]] || f="$from/$f"
+    args+=("${a%%=*}=$f")
+  else
+    args+=("$a")
+  fi
+done
+exec node dist/src/main.js "${args[@]}"

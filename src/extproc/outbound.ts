@@ -1,0 +1,137 @@
+/**
+ * The writing half of one `Process` call: send ordering, backpressure, and how the call ends.
+ *
+ * Every answer goes through one ordered queue ({@link Outbound.enqueue}), so answers leave in the
+ * order Envoy expects even when a decision takes seconds and more messages arrive meanwhile. When
+ * grpc-js says its buffer is full, reading stops until 'drain' (a pass-through echo must not buffer
+ * without bound). Once the final message of a local reply is out ({@link Outbound.seal}), or the
+ * call is ending or closed, every write is a no-op.
+ */
+import type * as grpc from '@grpc/grpc-js';
+import type { Logger } from 'pino';
+import type { ProcessingRequestIn, ProcessingResponseOut } from './wire';
+
+export type ProcessCall = grpc.ServerDuplexStream<ProcessingRequestIn, ProcessingResponseOut>;
+
+/**
+ * - open: we may write
+ * - ending: we called `end()` or failed the call; the status is on its way
+ * - closed: the call is over (cancelled, closed or failed)
+ */
+export type CallState = 'open' | 'ending' | 'closed';
+
+const RESOLVED: Promise<void> = Promise.resolve();
+/** grpc.status codes; the type-only grpc import keeps the runtime free of grpc-js here. */
+export const GRPC_INTERNAL = 13;
+export const GRPC_DEADLINE_EXCEEDED = 4;
+
+export class Outbound {
+  private state: CallState = 'open';
+  /** The final message of a local reply went out: nothing more is written on this call. */
+  private sealed = false;
+  private paused = false;
+  private chain: Promise<void> = RESOLVED;
+  private drainWaiters: Array<() => void> = [];
+
+  constructor(
+    private readonly call: ProcessCall,
+    private readonly log: Logger,
+    /** A queued job threw: the stream's failure path. */
+    private readonly onJobFailed: (err: unknown) => void,
+  ) {}
+
+  get callState(): CallState {
+    return this.state;
+  }
+
+  isOpen(): boolean {
+    return this.state === 'open';
+  }
+
+  canWrite(): boolean {
+    return this.state === 'open' && !this.sealed;
+  }
+
+  /** Runs `job` after everything queued before it. */
+  enqueue(job: () => Promise<void> | void): void {
+    this.chain = this.chain.then(job).catch((err: unknown) => this.onJobFailed(err));
+  }
+
+  enqueueSend(msg: ProcessingResponseOut): void {
+    this.enqueue(() => this.send(msg));
+  }
+
+  /** Writes one message; waits for 'drain' when grpc-js says its buffer is full. */
+  send(msg: ProcessingResponseOut): Promise<void> {
+    if (!this.canWrite()) return RESOLVED;
+    if (this.call.write(msg)) return RESOLVED;
+    return this.waitDrain();
+  }
+
+  /** Writes the last message of a local reply (an immediate response); nothing is written after it. */
+  sendLast(msg: ProcessingResponseOut): boolean {
+    if (!this.canWrite()) return false;
+    this.sealed = true;
+    this.call.write(msg);
+    return true;
+  }
+
+  /** The local reply is complete (a streamed one): nothing more is written. */
+  seal(): void {
+    this.sealed = true;
+  }
+
+  onDrain(): void {
+    if (this.paused) {
+      this.paused = false;
+      this.call.resume();
+    }
+    this.releaseDrainWaiters();
+  }
+
+  /** The call is over: pending sends resolve, nothing more is written. False if it already was. */
+  markClosed(): boolean {
+    if (this.state === 'closed') return false;
+    this.state = 'closed';
+    this.releaseDrainWaiters();
+    return true;
+  }
+
+  /** Ends the call with an error status (INTERNAL: Envoy resets the client's stream, a truncated answer). */
+  endWithError(details: string, code: number = GRPC_INTERNAL): boolean {
+    if (this.state !== 'open') return false;
+    this.state = 'ending';
+    try {
+      this.call.emit('error', { code, details });
+    } catch (err) {
+      this.log.error({ err }, 'ext_proc: failing the call failed');
+    }
+    return true;
+  }
+
+  /** Ends the call with OK after everything written so far. */
+  end(): boolean {
+    if (this.state !== 'open') return false;
+    this.state = 'ending';
+    try {
+      this.call.end();
+    } catch (err) {
+      this.log.error({ err }, 'ext_proc: ending the call failed');
+    }
+    return true;
+  }
+
+  private waitDrain(): Promise<void> {
+    if (!this.paused) {
+      this.paused = true;
+      this.call.pause();
+    }
+    return new Promise<void>((resolve) => this.drainWaiters.push(resolve));
+  }
+
+  private releaseDrainWaiters(): void {
+    const waiters = this.drainWaiters;
+    this.drainWaiters = [];
+    for (const resolve of waiters) resolve();
+  }
+}

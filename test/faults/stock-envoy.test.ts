@@ -1,0 +1,66 @@
+/**
+ * A stock Envoy: its ext_proc cluster is a plain HTTP/2 cluster with no `max_requests_per_connection`,
+ * as in any existing Envoy a user attaches the coordinator to. Envoy resets every ext_proc stream when
+ * its filter is done with it, so one connection takes one RST_STREAM per request. With Node's HTTP/2
+ * defaults (a burst of 1000 resets, refilled at 33/s) the coordinator closed that session after 1,100
+ * to 2,000 requests, failing every request in flight on it (a bare 500; Envoy's
+ * `ext_proc.streams_failed` and the cluster's `upstream_cx_protocol_error`). The coordinator's own
+ * budget (server.stream_reset_burst / stream_reset_rate) keeps the session open.
+ *
+ * 20,000 small requests per body mode through ONE Envoy-to-coordinator connection (Envoy runs one
+ * worker thread): every one a 200, both counters at 0, and `upstream_cx_total` of the coordinator
+ * cluster exactly 1. The pipeline is decode only, so the requests are cheap and the run is about the
+ * HTTP/2 session, not the workers.
+ */
+import type { EnvoyBodyMode } from '../../scripts/envoy-bootstrap';
+import { TestClient } from '../support/client';
+import { startStack, type Stack } from '../support/stack';
+
+const REQUESTS = 20_000;
+const CONCURRENCY = 64;
+const CLUSTER = 'epd_coordinator';
+
+describe.each<EnvoyBodyMode>(['full_duplex', 'buffered'])('a stock Envoy (%s, no stream cap on the coordinator cluster)', (bodyMode) => {
+  let stack: Stack;
+  let client: TestClient;
+  beforeAll(async () => {
+    stack = await startStack({ bodyMode, extProcStreamCap: 0, steps: () => [{ type: 'decode' }], logLevel: 1 });
+    client = new TestClient(stack.publicUrl);
+  }, 60_000);
+  afterAll(async () => {
+    await client?.close();
+    await stack?.close();
+  });
+
+  it(`carries ${REQUESTS} requests on one coordinator connection, every one a 200`, async () => {
+    const bootstrap = (await import('node:fs')).readFileSync(stack.envoy.configPath, 'utf8');
+    expect(bootstrap).not.toMatch(/^\s*max_requests_per_connection:/m);
+
+    const statuses = new Map<number, number>();
+    let next = 0;
+    const body = { model: 'sim-model', prompt: 'hi', max_tokens: 1 };
+    await Promise.all(
+      Array.from({ length: CONCURRENCY }, async () => {
+        while (next < REQUESTS) {
+          next++;
+          const res = await client.post('/v1/completions', body);
+          statuses.set(res.status, (statuses.get(res.status) ?? 0) + 1);
+        }
+      }),
+    );
+
+    expect(Object.fromEntries(statuses)).toEqual({ 200: REQUESTS });
+    const stats = await stack.envoy.stats(`cluster.${CLUSTER}.upstream_`);
+    const extProc = await stack.envoy.stats('http.public.ext_proc.');
+    expect({
+      upstream_cx_total: stats[`cluster.${CLUSTER}.upstream_cx_total`],
+      upstream_cx_protocol_error: stats[`cluster.${CLUSTER}.upstream_cx_protocol_error`],
+      upstream_cx_destroy_remote: stats[`cluster.${CLUSTER}.upstream_cx_destroy_remote`],
+      streams_failed: extProc['http.public.ext_proc.streams_failed'],
+    }).toEqual({ upstream_cx_total: 1, upstream_cx_protocol_error: 0, upstream_cx_destroy_remote: 0, streams_failed: 0 });
+    expect(stats[`cluster.${CLUSTER}.upstream_rq_total`]).toBeGreaterThanOrEqual(REQUESTS);
+    // Envoy did reset its streams (one per request): the budget was used, not avoided.
+    const resets = await stack.envoy.stats(`cluster.${CLUSTER}.http2.tx_reset`);
+    expect(resets[`cluster.${CLUSTER}.http2.tx_reset`]).toBeGreaterThanOrEqual(REQUESTS);
+  }, 240_000);
+});
