@@ -4,6 +4,7 @@
  */
 import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
+import { runEppStackCommand } from './epp-stack';
 import { ensureEnvoy } from '../test/support/envoy';
 import { TestClient } from '../test/support/client';
 import { REPO_ROOT, type EnvoyBodyMode } from './envoy-bootstrap';
@@ -11,13 +12,16 @@ import { checkPortsFree, PortsBusyError, startLocalStack, STACK_IMAGE_REQUEST, S
 
 const KV_CONNECTORS = ['kv-shared-storage', 'kv-nixl', 'kv-sglang'];
 const USAGE = `usage: npm run stack [-- --buffered] [-- --kv-connector ${KV_CONNECTORS.join('|')}] [-- --inter-token-latency-ms N]
-       [-- --no-conditional-decode]`;
+       [-- --no-conditional-decode]
+       npm run stack -- --epp BIN [--sim BIN] [--async BIN]   (the real llm-d EPP: docs/deploy-without-kubernetes.md)`;
 
 interface Args {
   bodyMode: EnvoyBodyMode;
   kvConnector: string;
   simArgs: string[];
   conditionalDecode: boolean;
+  /** Real peers for the no-Kubernetes topology (scripts/epp-stack.ts). */
+  peers?: { epp?: string; sim?: string; async?: string };
 }
 
 function parseArgs(argv: string[]): Args {
@@ -27,6 +31,7 @@ function parseArgs(argv: string[]): Args {
     if (a === '--buffered') args.bodyMode = 'buffered';
     else if (a === '--full-duplex') args.bodyMode = 'full_duplex';
     else if (a === '--no-conditional-decode') args.conditionalDecode = false;
+    else if ((a === '--epp' || a === '--sim' || a === '--async') && argv[i + 1]) args.peers = { ...args.peers, [a.slice(2)]: argv[++i]! };
     else if (a === '--kv-connector' && KV_CONNECTORS.includes(argv[i + 1] ?? '')) args.kvConnector = argv[++i]!;
     else if (a === '--inter-token-latency-ms' && /^\d{1,6}$/.test(argv[i + 1] ?? '')) args.simArgs.push(a, argv[++i]!);
     else if (a === '-h' || a === '--help') {
@@ -64,6 +69,10 @@ function previousPids(): string {
 
 async function main(): Promise<void> {
   const args = parseArgs(process.argv.slice(2));
+  if (args.peers) {
+    if (!args.peers.epp) throw new Error('--sim and --async need --epp');
+    return runEppStackCommand({ ...args.peers, epp: args.peers.epp });
+  }
   const say = (msg: string) => process.stdout.write(`stack: ${msg}\n`);
 
   try {

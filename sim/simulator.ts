@@ -28,7 +28,20 @@ const COMPLETION_PATHS: Readonly<Record<string, Endpoint>> = {
   '/v1/completions': 'completions',
   '/inference/v1/generate': 'generate',
 };
-const GET_PATHS = new Set(['/health', '/health/ready', '/v1/models']);
+const GET_PATHS = new Set(['/health', '/health/ready', '/v1/models', '/metrics']);
+
+/**
+ * The vLLM gauges the llm-d EPP scrapes (an endpoint whose scrape fails is not counted as ready):
+ * an idle worker, so every endpoint scores alike.
+ */
+const METRICS_TEXT = Buffer.from(
+  ['vllm:num_requests_running', 'vllm:num_requests_waiting', 'vllm:kv_cache_usage_perc']
+    .map((m) => `# TYPE ${m} gauge\n${m} 0\n`)
+    .join(''),
+);
+function metricsReply(): Reply {
+  return { kind: 'buffered', status: 200, headers: { 'content-type': 'text/plain; version=0.0.4' }, body: METRICS_TEXT, delayMs: 0 };
+}
 const RENDER_PATHS = new Set(['/v1/chat/completions/render', '/v1/completions/render']);
 
 const MAX_MODELS_SEEN = 64;
@@ -274,6 +287,7 @@ class SimulatorServer implements Simulator {
     if (!known) throw new HttpError(404, `no route for ${path}`);
     if (GET_PATHS.has(path)) {
       if (method !== 'GET') throw new HttpError(405, `${method} not allowed on ${path}`);
+      if (path === '/metrics') return metricsReply();
       return path === '/v1/models' ? jsonReply(200, this.models()) : jsonReply(200, {});
     }
     if (method !== 'POST') throw new HttpError(405, `${method} not allowed on ${path}`);
