@@ -50,16 +50,25 @@ export interface HeaderCase {
  * it holds); `400` when a well-formed non-gateway header has other bytes (our 400 names it). Only
  * the first value of a name counts: that is the one the service reads. A line Envoy's codec may
  * judge first (a name that is not a token, a control byte, CR or LF in a value) may get its 4xx or
- * go through: `any` answer below 500.
+ * go through: `any` answer below 500. A header name with `_` is refused by Envoy (`refused`: its
+ * 400 or a closed connection, status 0).
  */
-export function expectedFor(c: HeaderCase): 200 | 400 | 'any' {
+
+/** Whether `status` (0 = closed without an answer) is what {@link expectedFor} allows; `ok200` is the clean request's status. */
+export function answerFits(expected: ReturnType<typeof expectedFor>, status: number, ok200: number): boolean {
+  if (expected === 'any') return status < 500;
+  if (expected === 'refused') return status === 400 || status === 0;
+  return status === (expected === 200 ? ok200 : expected);
+}
+export function expectedFor(c: HeaderCase): 200 | 400 | 'refused' | 'any' {
   const seen = new Set<string>();
   let expected: 200 | 400 = 200;
   for (const [name, value] of c.lines) {
     const lower = name.toLowerCase();
     if (!TOKEN.test(lower) || !FIELD_VALUE.test(value)) return 'any';
-    // envoy/ and the EPP topology: headers_with_underscores_action REJECT_REQUEST.
-    if (lower.includes('_')) return 400;
+    // envoy/ and the EPP topology: headers_with_underscores_action REJECT_REQUEST. Envoy's 400, or
+    // (in the EPP topology, whose EPP filter also processes responses) a closed connection.
+    if (lower.includes('_')) return 'refused';
     if (seen.has(lower)) continue;
     seen.add(lower);
     if (!GATEWAY_HEADERS.has(lower) && !VISIBLE.test(value) && lower !== 'x-request-id') expected = 400;
