@@ -302,6 +302,9 @@ suite(`real peers: Envoy + llm-d EPP (file discovery) + llm-d-inference-sim + ll
     const [dispatched] = await eventually(() => byPrompt('decode'), (l) => l.length >= 1, 'the dispatched decode leg');
     expect(at(dispatched!.json, 'kv_transfer_params', 'do_remote_prefill')).toBe(true);
     expect(byPrompt('prefill')).toHaveLength(1);
+    // The fairness id llm-d-async stamped (the tenant: no X-Team is `default`) is trusted on its
+    // entry and reached the worker; through the public listener it would have been removed.
+    expect(dispatched!.headers['x-llm-d-inference-fairness-id']).toBe('default');
     const apId = dispatched!.headers['x-request-id']!;
     expect(apId).not.toBe(job);
     await waitAccess(apId, (ls) => ls.some((l) => l['listener'] === 'async' && l['code'] === '200' && l['path_taken'] === 'cascade'), "the AP's dispatch");
