@@ -31,6 +31,7 @@ export function decodeRequestHead(map: HeaderMapIn | null | undefined, origin?: 
   let path = '';
   let seenMethod = false;
   let seenPath = false;
+  let later: Record<string, string[]> | undefined;
   const entries = map?.headers ?? [];
   const n = Math.min(entries.length, MAX_DECODED_HEADERS);
   for (let i = 0; i < n; i++) {
@@ -48,10 +49,20 @@ export function decodeRequestHead(map: HeaderMapIn | null | undefined, origin?: 
       continue;
     }
     // `__proto__` would replace the record's prototype instead of becoming a header.
-    if (key === '__proto__' || Object.prototype.hasOwnProperty.call(headers, key)) continue;
+    if (key === '__proto__') continue;
+    if (Object.prototype.hasOwnProperty.call(headers, key)) {
+      // A repeated name: the first value is the one read, but Envoy forwards them all, so the
+      // pipeline gets the others too (its header policy judges every value that may pass on).
+      later ??= {};
+      (later[key] ??= []).push(headerValueOf(entry));
+      continue;
+    }
     headers[key] = headerValueOf(entry);
   }
-  return origin === undefined ? { method, path, headers } : { method, path, headers, origin };
+  const head: { method: string; path: string; headers: Record<string, string>; origin?: string; laterValues?: Record<string, string[]> } = { method, path, headers };
+  if (origin !== undefined) head.origin = origin;
+  if (later) head.laterValues = later;
+  return head;
 }
 
 const TOKEN = /^[!#$%&'*+\-.^_`|~0-9a-z]+$/;

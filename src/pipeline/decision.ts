@@ -50,6 +50,8 @@ export interface RequestHead {
    * trusts more headers for a known origin (header-policy.ts).
    */
   readonly origin?: string;
+  /** The second and later values of a repeated header name (the proxy forwards them all); absent when none repeats. */
+  readonly laterValues?: Readonly<Record<string, readonly string[]>>;
   /**
    * Set by the protocol layer when the request's header map leaves no room for the headers a
    * forward may add under the proxy's header-count limit (the proxy would refuse our mutation).

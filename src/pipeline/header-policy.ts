@@ -106,6 +106,7 @@ function trustedSet(trusted: readonly string[]): ReadonlySet<string> {
 /** Space, tab and the visible ASCII characters: what a header value we pass on may contain. */
 const VISIBLE_ASCII = /^[\x20-\x7e\t]*$/;
 
+
 export interface ScreenedHeaders {
   /** The client's headers without the untrusted gateway headers. */
   readonly headers: Record<string, string>;
@@ -119,7 +120,13 @@ export interface ScreenedHeaders {
  * Applies the policy to a request's headers (lower-case names, as the protocol layer gives them).
  * `origin` is the trusted entry the request came through, if any; an unknown origin trusts nothing more.
  */
-export function screenHeaders(headers: Readonly<Record<string, string>>, policy: HeaderPolicy, origin?: string): ScreenedHeaders {
+export function screenHeaders(
+  headers: Readonly<Record<string, string>>,
+  policy: HeaderPolicy,
+  origin?: string,
+  /** Later values of repeated names (RequestHead.laterValues): a kept header passes on with all of them. */
+  laterValues?: Readonly<Record<string, readonly string[]>>,
+): ScreenedHeaders {
   const kept: Record<string, string> = {};
   const removed: string[] = [];
   let invalid: string | undefined;
@@ -129,7 +136,7 @@ export function screenHeaders(headers: Readonly<Record<string, string>>, policy:
       removed.push(name);
       continue;
     }
-    if (!VISIBLE_ASCII.test(value)) {
+    if (!VISIBLE_ASCII.test(value) || laterValues?.[name]?.some((v) => !VISIBLE_ASCII.test(v))) {
       // The service replaces a bad request id with its own (request-id.ts) rather than refusing it.
       if (name === 'x-request-id') continue;
       invalid ??= name;

@@ -28,3 +28,11 @@ test('a request header of the same name is only a header: the head\'s origin is 
   expect(decodeRequestHead(map).origin).toBeUndefined();
   expect(decodeRequestHead(map, 'async-processor').origin).toBe('async-processor');
 });
+
+test('a repeated header: the first value is read, the later ones (which Envoy forwards too) are handed on', () => {
+  const entry = (key: string, value: string) => ({ key, value: '', raw_value: Buffer.from(value, 'latin1') });
+  const head = decodeRequestHead({ headers: [entry('x-a', 'ok'), entry('x-a', 'second'), entry('x-b', 'ok'), entry('x-b', '\xff\xff'), entry('x-b', 'third'), entry('x-c', 'once')] });
+  expect(head.headers).toEqual({ 'x-a': 'ok', 'x-b': 'ok', 'x-c': 'once' });
+  expect(head.laterValues).toEqual({ 'x-a': ['second'], 'x-b': ['\xff\xff', 'third'] });
+  expect(decodeRequestHead({ headers: [entry('x-a', 'ok')] })).not.toHaveProperty('laterValues');
+});

@@ -46,6 +46,12 @@ describe('screenHeaders', () => {
     expect(screenHeaders({ 'x-a': 'tab\there ~!' }, DEFAULT_HEADER_POLICY).invalid).toBeUndefined();
   });
 
+  test('a repeated header passes on with every value: a later non-ASCII one is named too; a removed gateway header never counts', () => {
+    expect(screenHeaders({ 'x-a': 'ok' }, DEFAULT_HEADER_POLICY, undefined, { 'x-a': ['fine', '\xff'] }).invalid).toBe('x-a');
+    expect(screenHeaders({ 'x-a': 'ok' }, DEFAULT_HEADER_POLICY, undefined, { 'x-a': ['fine'] }).invalid).toBeUndefined();
+    expect(screenHeaders({ 'x-llm-d-inference-fairness-id': 'a' }, DEFAULT_HEADER_POLICY, undefined, { 'x-llm-d-inference-fairness-id': ['\xff'] }).invalid).toBeUndefined();
+  });
+
   test('a role or pod header cannot be trusted, and an unknown name is a mistake', () => {
     expect(() => headerPolicy(['epp-profile'])).toThrow(HeaderPolicyError);
     expect(() => headerPolicy(['x-gateway-destination-endpoint'])).toThrow(HeaderPolicyError);
