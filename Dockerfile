@@ -2,7 +2,7 @@
 #
 # epd-coordinator image: `docker build -t epd-coordinator:0.1.0 .`
 # Run it with a config mounted at /etc/epd-coordinator/coordinator.yaml (listen on 0.0.0.0, not
-# loopback), e.g. config/k8s/coordinator-config.yaml. test/unit/docker/ replays the runtime stage's
+# loopback), e.g. config/k8s/coordinator-config.yaml. test/deploy/docker/ replays the runtime stage's
 # steps without a Docker engine; keep the RUN lines to the ones it knows (npm ci, npm run build).
 
 # Pin by digest in production; the tags keep Node 24 LTS (package.json engines; the ext_proc

@@ -4,9 +4,9 @@
  */
 import { mkdirSync, rmSync } from 'node:fs';
 import { join } from 'node:path';
-import { REPO_ROOT, type EnvoyBodyMode } from '../scripts/envoy-bootstrap';
-import { buildService, freeStackPorts, startLocalStack, type LocalStack, type LocalStackOptions } from '../scripts/local-stack';
-import { ensureEnvoy } from '../test/support/envoy';
+import { REPO_ROOT, type EnvoyBodyMode } from '../launch/envoy-bootstrap';
+import { buildService, freeStackPorts, startLocalStack, type LocalStack, type LocalStackOptions } from '../launch/local-stack';
+import { ensureEnvoy } from '../launch/envoy';
 
 export interface IntFlag {
   /** As typed, without the dashes: `requests`, `max-seconds`. */

@@ -16,9 +16,9 @@
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { Agent, request } from 'undici';
-import { REPO_ROOT } from '../scripts/envoy-bootstrap';
+import { REPO_ROOT } from '../launch/envoy-bootstrap';
 import { parseBenchArgs, startBenchStack } from './args';
-import { sleep } from '../test/support/ports';
+import { sleep } from '../launch/ports';
 import { machineDescription, round3, summarize, type Summary } from './stats';
 
 type Path = 'hit' | 'miss';

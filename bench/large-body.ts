@@ -16,9 +16,9 @@
  */
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { REPO_ROOT } from '../scripts/envoy-bootstrap';
+import { REPO_ROOT } from '../launch/envoy-bootstrap';
 import { parseBenchArgs, startBenchStack } from './args';
-import { TestClient } from '../test/support/client';
+import { TestClient } from '../launch/client';
 import { machineDescription, round3, summarize } from './stats';
 
 const MB = 1_000_000;

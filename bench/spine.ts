@@ -9,9 +9,9 @@
  */
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { REPO_ROOT } from '../scripts/envoy-bootstrap';
+import { REPO_ROOT } from '../launch/envoy-bootstrap';
 import { parseBenchArgs, startBenchStack } from './args';
-import { at, TestClient } from '../test/support/client';
+import { at, TestClient } from '../launch/client';
 import { machineDescription, round3, summarize, type Summary } from './stats';
 
 type Setup = 'direct' | 'service';

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs what test/unit/manifests/helm-chart.test.ts needs into .tools/ (git-ignored; cache it in CI):
+# Installs what test/deploy/manifests/helm-chart.test.ts needs into .tools/ (git-ignored; cache it in CI):
 #   1. Helm (a Go module, built with `go install`, like egctl in config/k8s/verify-egctl.sh);
 #   2. Kubernetes' own JSON schemas (strict: unknown fields are errors) for the chart's core kinds,
 #      taken from the kubernetes-validate wheel on PyPI; only the Kubernetes version the chart

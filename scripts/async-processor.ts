@@ -3,12 +3,12 @@
  * enqueued, dispatches it through Envoy's `async` listener, its own entry (without the mode header,
  * so it runs the whole pipeline; there the fairness id and objective it stamps are trusted), and
  * writes the result to the request's mailbox. Same contract as llm-d-async; see
- * test/support/async-processor.ts. The real llm-d-async replaces it once its module can be installed.
+ * launch/async-processor.ts. The real llm-d-async replaces it once its module can be installed.
  *
  *   node --import tsx scripts/async-processor.ts --redis-url redis://127.0.0.1:6380/0 \
  *     --igw http://127.0.0.1:8084 [--queue request-sortedset]
  */
-import { TestAsyncProcessor } from '../test/support/async-processor';
+import { TestAsyncProcessor } from '../launch/async-processor';
 
 function arg(name: string, fallback?: string): string {
   const i = process.argv.indexOf(name);

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# npm run bench [-- SUITE [suite options]]   (default suite: spine; suites: spine, conditional;
+# npm run bench [-- SUITE [suite options]]   (default suite: spine; suites: spine, large-body, conditional, selective;
 # `npm run bench -- spine --help`)
 #
 # Benchmarks run everything on 127.0.0.1 with free ports, so they can run next to `npm run stack`.
@@ -18,8 +18,9 @@ case "$suite" in
   spine) exec node --import tsx bench/spine.ts "$@" ;;
   large-body) exec node --import tsx bench/large-body.ts "$@" ;;
   conditional) exec node --import tsx bench/conditional.ts "$@" ;;
+  selective) exec node --import tsx bench/selective.ts "$@" ;;
   *)
-    echo "bench: unknown suite '$suite' (available: spine, conditional)" >&2
+    echo "bench: unknown suite '$suite' (available: spine, large-body, conditional, selective)" >&2
     exit 2
     ;;
 esac

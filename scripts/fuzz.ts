@@ -8,7 +8,7 @@
  */
 import { spawnSync } from 'node:child_process';
 import { randomInt } from 'node:crypto';
-import { REPO_ROOT } from './envoy-bootstrap';
+import { REPO_ROOT } from '../launch/envoy-bootstrap';
 
 const USAGE = 'usage: npm run fuzz -- [--cases N (100000)] [--seed S (random)] [--level protocol|http]';
 

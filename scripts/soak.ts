@@ -9,12 +9,12 @@
 import { mkdirSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import yaml from 'js-yaml';
-import { REPO_ROOT, type EnvoyBodyMode } from './envoy-bootstrap';
-import { startChild, type Child } from './supervise';
+import { REPO_ROOT, type EnvoyBodyMode } from '../launch/envoy-bootstrap';
+import { startChild, type Child } from '../launch/supervise';
 import { startSimulator, type Simulator } from '../sim/simulator';
-import { TestClient } from '../test/support/client';
-import { startEnvoy, type EnvoyHandle } from '../test/support/envoy';
-import { freePort } from '../test/support/ports';
+import { TestClient } from '../launch/client';
+import { startEnvoy, type EnvoyHandle } from '../launch/envoy';
+import { freePort } from '../launch/ports';
 
 interface Args {
   minutes: number;

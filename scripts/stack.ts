@@ -4,11 +4,11 @@
  */
 import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { runEppStackCommand } from './epp-stack';
-import { ensureEnvoy } from '../test/support/envoy';
-import { TestClient } from '../test/support/client';
-import { REPO_ROOT, type EnvoyBodyMode } from './envoy-bootstrap';
-import { checkPortsFree, PortsBusyError, startLocalStack, STACK_IMAGE_REQUEST, STACK_PORTS, type LocalStack } from './local-stack';
+import { runEppStackCommand } from '../launch/epp-stack';
+import { ensureEnvoy } from '../launch/envoy';
+import { TestClient } from '../launch/client';
+import { REPO_ROOT, type EnvoyBodyMode } from '../launch/envoy-bootstrap';
+import { checkPortsFree, PortsBusyError, startLocalStack, STACK_IMAGE_REQUEST, STACK_PORTS, type LocalStack } from '../launch/local-stack';
 
 const KV_CONNECTORS = ['kv-shared-storage', 'kv-nixl', 'kv-sglang'];
 const USAGE = `usage: npm run stack [-- --buffered] [-- --kv-connector ${KV_CONNECTORS.join('|')}] [-- --inter-token-latency-ms N]
@@ -20,7 +20,7 @@ interface Args {
   kvConnector: string;
   simArgs: string[];
   conditionalDecode: boolean;
-  /** Real peers for the no-Kubernetes topology (scripts/epp-stack.ts). */
+  /** Real peers for the no-Kubernetes topology (launch/epp-stack.ts). */
   peers?: { epp?: string; sim?: string; async?: string };
 }
 

@@ -6,12 +6,12 @@ cd "$(dirname "$0")/.."
 bash scripts/ensure-deps.sh
 source scripts/node-env.sh   # Node 24 first on PATH (for every child process too)
 echo "[test] node $(node --version) ($(command -v node))" >&2
-# egctl translates config/k8s as Envoy Gateway would (test/unit/manifests). Optional: without Go, or
+# egctl translates config/k8s as Envoy Gateway would (test/deploy/manifests). Optional: without Go, or
 # if the build fails, those tests skip and say why. Go's build cache makes later runs take seconds.
 if command -v go >/dev/null 2>&1; then
   bash config/k8s/verify-egctl.sh --install-only || echo "[deps] egctl unavailable; its manifest tests will skip" >&2
 fi
-# Helm and Kubernetes' JSON schemas for the chart test (test/unit/manifests/helm-chart.test.ts). The
+# Helm and Kubernetes' JSON schemas for the chart test (test/deploy/manifests/helm-chart.test.ts). The
 # script skips Helm, saying so, without Go, and the tests that need it skip with the reason.
 bash charts/install-tools.sh || echo "[deps] chart tools incomplete; the Helm chart tests that need them will skip" >&2
 npx tsc -p tsconfig.json --noEmit

@@ -9,11 +9,16 @@ const MAX_DELAY_MS = 10 * 60 * 1000;
 const MAX_FAULT_BODY_CHARS = 1024 * 1024;
 const MAX_TIMES = 1_000_000;
 const MAX_MATCH_CHARS = 2048;
+const MAX_FAULT_HEADERS = 16;
+/** An HTTP token name and a value without control characters. */
+const HEADER_NAME = /^[!#$%&'*+\-.^_`|~0-9a-zA-Z]{1,256}$/;
+const HEADER_VALUE = /^[\x20-\x7e\t]{0,4096}$/;
 
 const RULE_KEYS = new Set([
   'match',
   'status',
   'body',
+  'headers',
   'delayMs',
   'hang',
   'reset',
@@ -69,6 +74,17 @@ function parseRule(raw: unknown, index: number): FaultRule {
       fail(index, `body must be a string of at most ${MAX_FAULT_BODY_CHARS} characters`);
     }
     rule.body = raw.body;
+  }
+  if (raw.headers !== undefined) {
+    if (!isObject(raw.headers)) fail(index, 'headers must be an object');
+    const entries = Object.entries(raw.headers);
+    if (entries.length > MAX_FAULT_HEADERS) fail(index, `at most ${MAX_FAULT_HEADERS} headers`);
+    const headers: Record<string, string> = {};
+    for (const [name, value] of entries) {
+      if (!HEADER_NAME.test(name) || typeof value !== 'string' || !HEADER_VALUE.test(value)) fail(index, `header "${name}" must be a token name with a printable string value`);
+      headers[name.toLowerCase()] = value;
+    }
+    rule.headers = headers;
   }
   const delayMs = intIn(raw.delayMs, 0, MAX_DELAY_MS, index, 'delayMs');
   if (delayMs !== undefined) rule.delayMs = delayMs;

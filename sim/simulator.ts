@@ -10,6 +10,7 @@ import { completionReply } from './completion-replies';
 import { CONTROL_PREFIX, controlReply, MAX_CONTROL_BODY_BYTES } from './control-api';
 import { HttpError } from './errors';
 import { FaultTable } from './faults';
+import { RESPONSES_PATH, RESPONSES_RENDER_PATH, responsesAsChat, responsesReply } from './responses-api';
 import { Endpoint, generate } from './generation';
 import { parseJson, readBody } from './http-body';
 import { resolveOptions, SimulatorSettings } from './options';
@@ -42,7 +43,7 @@ const METRICS_TEXT = Buffer.from(
 function metricsReply(): Reply {
   return { kind: 'buffered', status: 200, headers: { 'content-type': 'text/plain; version=0.0.4' }, body: METRICS_TEXT, delayMs: 0 };
 }
-const RENDER_PATHS = new Set(['/v1/chat/completions/render', '/v1/completions/render']);
+const RENDER_PATHS = new Set(['/v1/chat/completions/render', '/v1/completions/render', RESPONSES_RENDER_PATH]);
 
 const MAX_MODELS_SEEN = 64;
 const MAX_MODEL_CHARS = 256;
@@ -58,12 +59,15 @@ function headersOf(req: IncomingMessage): Record<string, string> {
 }
 
 function faultReply(rule: FaultRule & { status: number }): Reply {
-  if (rule.body === undefined) return errorReply(rule.status, `simulated fault: HTTP ${rule.status}`);
+  if (rule.body === undefined) {
+    const reply = errorReply(rule.status, `simulated fault: HTTP ${rule.status}`);
+    return rule.headers ? { ...reply, headers: { ...reply.headers, ...rule.headers } } : reply;
+  }
   const isJson = parseJson(Buffer.from(rule.body)) !== undefined;
   return {
     kind: 'buffered',
     status: rule.status,
-    headers: { 'content-type': isJson ? 'application/json' : 'text/plain; charset=utf-8' },
+    headers: { 'content-type': isJson ? 'application/json' : 'text/plain; charset=utf-8', ...rule.headers },
     body: Buffer.from(rule.body),
     delayMs: 0,
   };
@@ -226,10 +230,12 @@ class SimulatorServer implements Simulator {
       return;
     }
     if (fault?.hang) return; // answered by nobody; the client or close() ends it
-    const reply =
+    let reply =
       fault?.status !== undefined
         ? faultReply(fault as FaultRule & { status: number })
         : this.gatedRoute(req, method, path, body, json, givenRequestId ?? randomUUID());
+    // Headers without a status decorate the normal answer (an EPP's response headers, say).
+    if (fault?.headers && fault.status === undefined) reply = { ...reply, headers: { ...reply.headers, ...fault.headers } };
     await this.send(res, reply, record, controller.signal, destroy, fault);
   }
 
@@ -283,7 +289,7 @@ class SimulatorServer implements Simulator {
 
   private route(method: string, path: string, body: Buffer, json: unknown, requestId: string): Reply {
     const endpoint = COMPLETION_PATHS[path];
-    const known = endpoint !== undefined || RENDER_PATHS.has(path) || GET_PATHS.has(path);
+    const known = endpoint !== undefined || path === RESPONSES_PATH || RENDER_PATHS.has(path) || GET_PATHS.has(path);
     if (!known) throw new HttpError(404, `no route for ${path}`);
     if (GET_PATHS.has(path)) {
       if (method !== 'GET') throw new HttpError(405, `${method} not allowed on ${path}`);
@@ -295,6 +301,11 @@ class SimulatorServer implements Simulator {
     const request = requireObjectBody(json);
     if (path === '/v1/chat/completions/render') return jsonReply(200, renderChat(request, requestId));
     if (path === '/v1/completions/render') return jsonReply(200, renderCompletions(request, requestId));
+    if (path === RESPONSES_RENDER_PATH) return jsonReply(200, renderChat(responsesAsChat(request), requestId));
+    if (path === RESPONSES_PATH) {
+      this.noteModel(request.model);
+      return responsesReply(generate('chat', responsesAsChat(request), requestId, this.settings), requestId, this.settings);
+    }
     this.noteModel(request.model);
     const gen = generate(endpoint, request, requestId, this.settings);
     return completionReply(endpoint, gen, requestId, this.settings);

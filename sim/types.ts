@@ -63,6 +63,11 @@ export interface FaultRule {
   status?: number;
   /** Body of the `status` answer; default an OpenAI-style JSON error. */
   body?: string;
+  /**
+   * Extra response headers: of the `status` answer (e.g. the EPP's `x-llm-d-request-dropped-reason`),
+   * or, without `status`, of the normal answer (e.g. an EPP's `x-peer-topology`).
+   */
+  headers?: Record<string, string>;
   /** Pause before the response headers. */
   delayMs?: number;
   /** Never answer (the connection stays open until the client or `close()` ends it). */

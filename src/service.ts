@@ -5,6 +5,7 @@ import { startExtProcServer, type ExtProcServer } from './extproc/server';
 import { PooledSideCallClient, type SideCallClient } from './gateway/client';
 import { buildPipeline } from './pipeline/builder';
 import { PipelineHandler } from './pipeline/handler';
+import { parseForwardResponseHeaders } from './pipeline/response-headers';
 import { ConfigError } from './config/errors';
 import { ASYNC_PROCESSOR_ORIGIN, headerPolicy, HeaderPolicyError, type HeaderPolicy } from './pipeline/header-policy';
 import { combineObservers } from './pipeline/observer';
@@ -70,7 +71,7 @@ function trustedHeaders(names: readonly string[], originNames: readonly string[]
 export async function startService(config: AppConfig, opts: ServiceOptions = {}): Promise<RunningService> {
   const log = opts.log ?? createLogger(config.logLevel);
   // Certificates first: a bad file should stop start-up before anything connects anywhere.
-  const tls = serverCredentials(config.server.tls);
+  const tls = serverCredentials(config.server.tls, { log });
   const metrics = config.server.metricsAddr ? new CoordinatorMetrics() : undefined;
   const tracing = config.tracing ? new Tracing({ log, exporter: opts.spanExporter, sampler: opts.spanSampler }) : undefined;
   const sideCallObserver = combineSideCallObservers([metrics?.sideCalls, tracing?.sideCalls]);
@@ -81,6 +82,7 @@ export async function startService(config: AppConfig, opts: ServiceOptions = {})
     cleanups.length = 0;
   };
 
+  cleanups.push(async () => tls.close());
   try {
     const policy = trustedHeaders(config.server.trustedClientHeaders, config.server.trustedOriginHeaders);
     if (tracing) cleanups.push(() => tracing.shutdown());
@@ -105,6 +107,7 @@ export async function startService(config: AppConfig, opts: ServiceOptions = {})
       gatewayTimeoutMs: config.gateway.timeoutMs,
       log,
       registerRoute: (route) => routes.push(route),
+      forceStream: metrics?.forceStream,
     };
     const registry = new StepRegistry();
     registerBuiltinSteps(registry);
@@ -129,6 +132,7 @@ export async function startService(config: AppConfig, opts: ServiceOptions = {})
       routes,
       maxBodyBytes: config.server.maxRequestBodyBytes,
       log,
+      forwardResponseHeaders: parseForwardResponseHeaders(config.pipeline.forwardResponseHeaders),
       observer: combineObservers([metrics, tracing].filter((o) => o !== undefined)),
       headerPolicy: policy,
       admit: coverage.admit,
@@ -165,6 +169,7 @@ export async function startService(config: AppConfig, opts: ServiceOptions = {})
         port: server.port,
         address: config.server.listenAddr,
         tls: config.server.tls ? (tls.mutual ? 'mtls' : 'tls') : 'off',
+        tls_certificate: tls.mode,
         metrics_port: metricsServer?.port ?? null,
         tracing: config.tracing,
         steps: config.pipeline.steps.map((s) => s.type),

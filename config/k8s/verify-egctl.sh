@@ -3,7 +3,7 @@
 #   1. installs egctl (Envoy Gateway's CLI, same version as the CRDs in ../shared/crds) into .tools/bin;
 #   2. copies Envoy Gateway's own CRDs (EnvoyProxy, ClientTrafficPolicy, ...) into .tools/crds, so the
 #      schema test also covers the kinds ../shared/crds does not hold;
-#   3. runs test/unit/manifests: schema validation, `egctl x translate` of the manifests and
+#   3. runs test/deploy/manifests: schema validation, `egctl x translate` of the manifests and
 #      `envoy --mode validate` of the result (Envoy from scripts/ensure-deps.sh envoy).
 #
 #   config/k8s/verify-egctl.sh [--install-only] [jest args...]
@@ -46,4 +46,4 @@ fi
 if [ "${1:-}" = "--install-only" ]; then
   exit 0
 fi
-exec npx jest test/unit/manifests "$@"
+exec npx jest test/deploy/manifests "$@"

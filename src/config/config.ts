@@ -3,6 +3,7 @@ import yaml from 'js-yaml';
 import { ConfigError } from './errors';
 import { parseDuration } from './duration';
 import { KEYS, type KeySpec } from './schema';
+import { parseCipherSuites, parseTlsMinVersion, type TlsVersion } from './tls-profile';
 
 export interface StepConfig {
   readonly type: string;
@@ -49,6 +50,11 @@ export interface AppConfig {
     readonly dpSize: number;
     /** `pipeline.kv_connector_params` (a map; empty or absent = undefined), validated by the KV connector. */
     readonly kvConnectorParams: Record<string, unknown> | undefined;
+    /**
+     * `pipeline.forward_response_headers` as written (`undefined` = absent). The pipeline validates
+     * the names when it is built (src/pipeline/response-headers.ts).
+     */
+    readonly forwardResponseHeaders: readonly unknown[] | undefined;
     readonly steps: readonly StepConfig[];
   };
   /** Unknown keys and inert upstream keys, to log at start-up. */
@@ -62,10 +68,19 @@ export interface ListenAddress {
 }
 
 export interface TlsFiles {
+  /** Empty for a self-signed certificate made at start-up. */
   readonly certFile: string;
   readonly keyFile: string;
   /** Set: client certificates are required and verified against it (mTLS). */
   readonly clientCaFile: string | undefined;
+  /** No certificate configured and `secure_serving: true`: one is made at start-up. */
+  readonly selfSigned?: boolean;
+  /** The config key the files came from (`server.cert_path` or `server.tls_cert_file`), for messages. */
+  readonly source?: string;
+  /** `server.tls_min_version`; absent = TLS 1.2. */
+  readonly minVersion?: TlsVersion;
+  /** `server.tls_cipher_suites` as an OpenSSL list; absent = Node's defaults. */
+  readonly ciphers?: string;
 }
 
 const MIB = 1024 * 1024;
@@ -80,6 +95,7 @@ for (const spec of KEYS) {
 }
 KNOWN_SECTIONS['pipeline']!.add('steps');
 KNOWN_SECTIONS['pipeline']!.add('kv_connector_params');
+KNOWN_SECTIONS['pipeline']!.add('forward_response_headers');
 
 function isMap(v: unknown): v is Record<string, unknown> {
   return typeof v === 'object' && v !== null && !Array.isArray(v);
@@ -137,7 +153,7 @@ function checkValue(spec: KeySpec, v: unknown, where: string): number | boolean 
     case 'list':
       // Kept as one comma-separated string (the environment's form); split where it is used.
       if (typeof v === 'string') return v;
-      if (!Array.isArray(v) || v.some((e) => typeof e !== 'string' || e.includes(','))) throw new ConfigError(where, 'a list of header names', v);
+      if (!Array.isArray(v) || v.some((e) => typeof e !== 'string' || e.includes(','))) throw new ConfigError(where, 'a list of strings', v);
       return v.join(',');
     case 'string':
       if (typeof v !== 'string') throw new ConfigError(where, 'a string', v);
@@ -175,16 +191,59 @@ function parseMetricsAddr(text: string): ListenAddress | null {
   return addr;
 }
 
-/** Files are checked when the service starts (src/observability/tls.ts); here only which keys go together. */
-function parseTls(cert: string | undefined, key: string | undefined, ca: string | undefined): TlsFiles | null {
+interface TlsKeys {
+  readonly cert: string | undefined;
+  readonly key: string | undefined;
+  readonly ca: string | undefined;
+  readonly certPath: string | undefined;
+  /** `server.secure_serving`, else its alias `server.secure_coordinator`; undefined = unset. */
+  readonly secure: boolean | undefined;
+  readonly minVersion: string | undefined;
+  readonly ciphers: string | undefined;
+}
+
+/**
+ * `server.metrics_addr` with upstream's `server.metrics_port` applied: the port replaces the
+ * address's (whose host stays when the address was given explicitly, else all interfaces, as
+ * upstream listens); `<= 0` disables, as upstream.
+ */
+function metricsAddress(addrText: string, port: number | undefined, addrGiven: boolean): ListenAddress | null {
+  const addr = parseMetricsAddr(addrText);
+  if (port === undefined) return addr;
+  if (port <= 0) return null;
+  if (port > 65535) throw new ConfigError('server.metrics_port', 'a port from 1 to 65535 (or <= 0 to disable)', port);
+  return { host: addrGiven ? addr?.host : undefined, port };
+}
+
+/** Files are checked when the service starts (src/server-tls.ts); here only which keys go together. */
+function parseTls(k: TlsKeys, warnings: string[]): TlsFiles | null {
   const set = (v: string | undefined): v is string => v !== undefined && v.trim() !== '';
-  if (!set(cert) && !set(key)) {
-    if (set(ca)) throw new ConfigError('server.tls_client_ca_file', 'server.tls_cert_file and server.tls_key_file to be set too (mTLS needs a server certificate)', ca);
+  const profile = { minVersion: parseTlsMinVersion(k.minVersion), ciphers: parseCipherSuites(k.ciphers) };
+  const anyCert = set(k.cert) || set(k.key) || set(k.certPath);
+  if (k.secure === false) {
+    // An upstream file that turns TLS off loads as it does there, certificate keys or not.
+    if (anyCert || set(k.ca)) warnings.push('server.secure_serving is false: the TLS certificate keys are ignored');
     return null;
   }
-  if (!set(cert)) throw new ConfigError('server.tls_cert_file', 'a PEM certificate file (server.tls_key_file is set)', cert ?? '');
-  if (!set(key)) throw new ConfigError('server.tls_key_file', 'a PEM private key file (server.tls_cert_file is set)', key ?? '');
-  return { certFile: cert, keyFile: key, clientCaFile: set(ca) ? ca : undefined };
+  if (set(k.certPath)) {
+    if (set(k.cert) || set(k.key)) throw new ConfigError('server.cert_path', 'either server.cert_path or server.tls_cert_file/server.tls_key_file, not both', k.certPath);
+    const dir = k.certPath.replace(/\/+$/, '');
+    return { certFile: `${dir}/tls.crt`, keyFile: `${dir}/tls.key`, clientCaFile: set(k.ca) ? k.ca : undefined, source: 'server.cert_path', ...profile };
+  }
+  if (!set(k.cert) && !set(k.key)) {
+    if (k.secure === true) return { certFile: '', keyFile: '', clientCaFile: set(k.ca) ? k.ca : undefined, selfSigned: true, ...profile };
+    if (set(k.ca)) throw new ConfigError('server.tls_client_ca_file', 'server.tls_cert_file and server.tls_key_file to be set too (mTLS needs a server certificate)', k.ca);
+    return null;
+  }
+  if (!set(k.cert)) throw new ConfigError('server.tls_cert_file', 'a PEM certificate file (server.tls_key_file is set)', k.cert ?? '');
+  if (!set(k.key)) throw new ConfigError('server.tls_key_file', 'a PEM private key file (server.tls_cert_file is set)', k.key ?? '');
+  const files: TlsFiles = { certFile: k.cert, keyFile: k.key, clientCaFile: set(k.ca) ? k.ca : undefined };
+  // Only non-default profile fields are added, so a plain file pair reads as before.
+  return {
+    ...files,
+    ...(profile.minVersion !== 'TLSv1.2' ? { minVersion: profile.minVersion } : {}),
+    ...(profile.ciphers !== undefined ? { ciphers: profile.ciphers } : {}),
+  };
 }
 
 /**
@@ -192,10 +251,11 @@ function parseTls(cert: string | undefined, key: string | undefined, ca: string 
  * (`COORDINATOR_<KEY>`) win over the file, for every scalar key. Step params cannot be set from the
  * environment (they live in a list), as upstream.
  */
-export function parseConfig(doc: unknown, env: NodeJS.ProcessEnv = process.env): AppConfig {
-  if (doc === undefined || doc === null) doc = {};
-  if (!isMap(doc)) throw new ConfigError('(top level)', 'a map of sections (server, gateway, pipeline, ...)', doc);
+export function parseConfig(input: unknown, env: NodeJS.ProcessEnv = process.env): AppConfig {
+  if (input === undefined || input === null) input = {};
+  if (!isMap(input)) throw new ConfigError('(top level)', 'a map of sections (server, gateway, pipeline, ...)', input);
   const warnings: string[] = [];
+  const doc = lowerCaseKeys(input, warnings);
   for (const [section, value] of Object.entries(doc)) {
     if (TOP_LEVEL_KEYS.has(section)) continue;
     const known = KNOWN_SECTIONS[section];
@@ -221,6 +281,9 @@ export function parseConfig(doc: unknown, env: NodeJS.ProcessEnv = process.env):
       values.set(spec.key, spec.default === undefined ? undefined : checkValue(spec, spec.default, spec.key));
       continue;
     }
+    // A quoted number or boolean in the file loads as upstream's loader reads it (Helm templates
+    // quote freely); durations stay strict: a bare `60` is an error here, never 60 ns.
+    if (envText === undefined && typeof raw === 'string' && (spec.type === 'int' || spec.type === 'bool')) raw = fromEnv(spec, raw);
     if (spec.inert) warnings.push(`${spec.key} has no effect in the ext_proc service (Envoy owns client connections)`);
     values.set(spec.key, checkValue(spec, raw, where));
   }
@@ -263,7 +326,7 @@ export function parseConfig(doc: unknown, env: NodeJS.ProcessEnv = process.env):
       bodyMode: get<'auto' | 'full_duplex' | 'buffered'>('server.body_mode'),
       metadataNamespace: get<string>('server.metadata_namespace'),
       shutdownTimeoutMs: get<number>('server.shutdown_timeout'),
-      metricsAddr: parseMetricsAddr(get<string>('server.metrics_addr')),
+      metricsAddr: metricsAddress(get<string>('server.metrics_addr'), get<number | undefined>('server.metrics_port'), lookup(doc, 'server.metrics_addr') !== undefined || env[envName('server.metrics_addr')] !== undefined),
       streamedResponses: get<boolean>('server.streamed_responses'),
       streamIdleTimeoutMs: streamIdleMs,
       maxRequestHeaders,
@@ -275,7 +338,18 @@ export function parseConfig(doc: unknown, env: NodeJS.ProcessEnv = process.env):
         .split(',')
         .map((h) => h.trim().toLowerCase())
         .filter((h) => h !== ''),
-      tls: parseTls(get<string | undefined>('server.tls_cert_file'), get<string | undefined>('server.tls_key_file'), get<string | undefined>('server.tls_client_ca_file')),
+      tls: parseTls(
+        {
+          cert: get<string | undefined>('server.tls_cert_file'),
+          key: get<string | undefined>('server.tls_key_file'),
+          ca: get<string | undefined>('server.tls_client_ca_file'),
+          certPath: get<string | undefined>('server.cert_path'),
+          secure: get<boolean | undefined>('server.secure_serving') ?? get<boolean | undefined>('server.secure_coordinator'),
+          minVersion: get<string>('server.tls_min_version'),
+          ciphers: get<string>('server.tls_cipher_suites'),
+        },
+        warnings,
+      ),
       sessionLimits,
     },
     gateway: {
@@ -290,10 +364,46 @@ export function parseConfig(doc: unknown, env: NodeJS.ProcessEnv = process.env):
       useOpenaiFormat: get<boolean>('pipeline.use_openai_format'),
       dpSize: get<number>('pipeline.dp_size'),
       kvConnectorParams: parseKvConnectorParams(pipelineDoc['kv_connector_params']),
+      forwardResponseHeaders: parseList('pipeline.forward_response_headers', pipelineDoc['forward_response_headers']),
       steps: parseSteps(pipelineDoc['steps']),
     },
     warnings,
   };
+}
+
+/**
+ * Upstream's loader (viper) matches keys case-insensitively, so `Server:` or `Log_Level:` work
+ * there. Section keys, scalar keys and each step's own param keys are lower-cased here too (a
+ * warning names each), so such a file loads the same; two spellings of one key are an error.
+ */
+function lowerCaseKeys(doc: Record<string, unknown>, warnings: string[]): Record<string, unknown> {
+  const lower = (m: Record<string, unknown>, where: string, depth: number): Record<string, unknown> => {
+    const out: Record<string, unknown> = {};
+    for (const [k, v] of Object.entries(m)) {
+      const key = k.toLowerCase();
+      const path = where ? `${where}.${key}` : key;
+      if (key in out) throw new ConfigError(path, 'one spelling of the key (keys are case-insensitive, as upstream)', k);
+      if (key !== k) warnings.push(`key "${where ? `${where}.` : ''}${k}" read as "${path}" (keys are case-insensitive, as upstream)`);
+      out[key] = depth > 0 && isMap(v) ? lower(v, path, depth - 1) : v;
+    }
+    if (where === 'pipeline' && Array.isArray(out['steps'])) {
+      out['steps'] = (out['steps'] as unknown[]).map((step, i) => {
+        if (!isMap(step)) return step;
+        const s = lower(step, `pipeline.steps[${i}]`, 0);
+        return isMap(s['params']) ? { ...s, params: lower(s['params'], `pipeline.steps[${i}].params`, 0) } : s;
+      });
+    }
+    return out;
+  };
+  return lower(doc, '', 1);
+}
+
+/** A YAML list or nothing (a single string is a one-element list, as viper reads it). */
+function parseList(key: string, raw: unknown): readonly unknown[] | undefined {
+  if (raw === undefined || raw === null) return undefined;
+  if (typeof raw === 'string') return [raw];
+  if (!Array.isArray(raw)) throw new ConfigError(key, 'a list', raw);
+  return raw;
 }
 
 /** `pipeline.kv_connector_params`: a map or nothing; its keys are the connector's to judge. */

@@ -4,7 +4,7 @@
  *
  *   npx tsx src/config/reference.ts > docs/configuration.md
  *
- * test/unit/manifests/config-reference.test.ts fails while the committed page differs.
+ * test/unit/config/config-reference.test.ts fails while the committed page differs.
  */
 import { envName } from './config';
 import { KEYS, type KeySpec } from './schema';
@@ -69,7 +69,7 @@ export const STEPS: readonly StepSpec[] = [
   },
   {
     type: 'render',
-    doc: 'Tokenizes once: chat and completions-string prompts go to the render service, called directly (not through the gateway).',
+    doc: 'Tokenizes once: chat, Responses (`/v1/responses/render`) and completions-string prompts go to the render service, called directly (not through the gateway).',
     params: [
       { name: 'address', type: 'string (URL)', default: '""', doc: 'Base URL of the render service. Needed for chat and string prompts; an empty address fails those requests with 502.' },
       { name: 'timeout', type: 'duration', default: '30s', doc: 'Total time per render call.' },
@@ -103,12 +103,30 @@ export const STEPS: readonly StepSpec[] = [
       KV_CONNECTOR_PARAMS,
       { name: 'dp_size', type: 'int >= 1', default: '1', doc: 'Data-parallel engine ranks behind each worker pod; only kv-nixl uses it.' },
       { name: 'retries', type: 'int 0-3', default: '1', doc: 'Extra prefill attempts after a connect failure, a reset or a 5xx. Decode has not started yet, so a retry never repeats work.' },
+      {
+        name: 'min_prompt_tokens',
+        type: 'int >= 0',
+        default: '0',
+        doc: 'Selective disaggregation: a request whose rendered prompt has fewer tokens sends no prefill leg and decodes aggregated (no `kv_transfer_params`); access-log `disaggregation: aggregated_short_prompt`. 0 = always disaggregate. Without a render step the count is unknown and the request is disaggregated.',
+      },
+      {
+        name: 'fallback_to_decode',
+        type: 'bool',
+        default: 'false',
+        doc: 'When the EPP answers the prefill leg that there is no prefill endpoint at all (`429` + `x-llm-d-request-dropped-reason: rejected-saturated` + body `no endpoints available for the given request`, or newer EPPs\' `503` + `rejected-no-endpoints`), serve the request aggregated on decode instead of passing the error on (`disaggregation: aggregated_fallback`). Flow-control saturation of existing prefill pods (a `429 rejected-saturated` with any other body) is still passed on. Only a complete EPP answer triggers it, never a prefill leg that reached a worker.',
+      },
     ],
   },
   {
     type: 'decode',
     doc: 'Rewrites the client request into the decode request (EPP-Profile: decode) that Envoy forwards; the answer streams back through Envoy. Last step.',
-    params: [USE_OPENAI_FORMAT, KV_CONNECTOR],
+    params: [
+      USE_OPENAI_FORMAT,
+      KV_CONNECTOR,
+      { name: 'force_stream', type: 'bool', default: 'false', doc: 'Runs a non-streaming chat, completions, generate or responses request upstream as a streaming one and answers the client the JSON reassembled from the SSE (docs/force-stream.md). Requests with tools, functions or logprobs pass through.' },
+      { name: 'force_stream_buffer_size', type: 'size (`KiB`/`MiB`/`GiB`, `KB`/`MB`/`GB`, or bytes)', default: '"1GiB"', doc: 'Read only with `force_stream`. Process-wide bytes that buffered force-stream requests (generate, responses, n > 1) may reserve together; a request that does not fit passes through.' },
+      { name: 'force_stream_max_request_size', type: 'size', default: '"256KiB", or the buffer size when smaller', doc: 'Cap on one buffered request\'s reservation (16 bytes per output token, 256 per choice, 2048 base); above it the request passes through. Must not exceed `force_stream_buffer_size`.' },
+    ],
   },
   {
     type: 'prefill-decode',
@@ -202,6 +220,21 @@ export function renderConfigurationReference(keys: readonly KeySpec[] = KEYS, st
     'Values are read with the key\'s type (`true`/`false`/`1`/`0` for bools, Go-style durations such as',
     '`30s` or `1m30s`). Step params live in a list and cannot be set from the environment.',
     '',
+    '## Differences from upstream\'s loader (viper)',
+    '',
+    '- Keys are case-insensitive, as upstream: `Server:` or `LOG_LEVEL:` (and a step\'s own param keys)',
+    '  load as their lower-case spelling, with a warning naming each; two spellings of one key stop',
+    '  start-up.',
+    '- A quoted number or boolean in the file (`max_request_body_size: "16"`, `use_openai_format: "false"`)',
+    '  loads as upstream reads it. Durations stay strict: upstream reads a bare `timeout: 60` as 60',
+    '  nanoseconds; here it stops start-up asking for a duration such as `"60s"`.',
+    '- Upstream applies an environment override only to keys its file (or a default) names, so',
+    '  `COORDINATOR_GATEWAY_ADDRESS` is ignored when the file has no `gateway.address`. Here every key',
+    '  can be overridden, whether the file names it or not.',
+    '- A step param the step does not read is ignored upstream without a word; here each is logged',
+    '  once at start-up as a warning naming the step, its position and the key.',
+    '- `server.metrics_port` (upstream) and `server.metrics_addr` (ours) both work; see below.',
+    '',
     '## Keys',
     '',
   );
@@ -224,6 +257,24 @@ export function renderConfigurationReference(keys: readonly KeySpec[] = KEYS, st
     'request through unchanged. The pipeline-level `kv_connector`, `ec_connector`, `use_openai_format`',
     'and `dp_size` are handed to every step unless the step sets its own; a step ignores the ones it has',
     'no use for. `pipeline.use_openai_format: false` needs a `render` step.',
+    '',
+    '### `pipeline.forward_response_headers`',
+    '',
+    'A list of header names (upstream PR #2301). Each one a phase\'s answer carries (render, prefill, and',
+    'encode, where the value most sub-requests agree on wins; a tie goes to the first seen) is sent on',
+    'every later phase request and on the decode request; a later phase\'s value replaces an earlier one.',
+    'A client\'s own values of listed headers are never sent. Absent = `[x-llm-d-disagg-revision]`;',
+    '`[]` disables. Names are trimmed and lower-cased; an empty entry, a duplicate or a header the',
+    'service owns (`content-type`, `content-length`, `host`, `epp-profile`, `x-request-id`, hop-by-hop',
+    'headers) stops start-up, and so do more than 4 names (each may add a header to the decode request,',
+    'and the header budget reserves room for them). Not settable from the environment.',
+    '',
+    'Independently of the list, `x-peer-topology` from the prefill answer (PR #2319) is set on the',
+    'decode request, and a client\'s value is dropped. What Envoy does for us: the decode answer',
+    'streams to the client through Envoy and never through the service, so its headers pass untouched;',
+    'only the internal `x-peer-topology` and `epp-profile` are removed there, by Envoy\'s header',
+    'mutation (`envoy/`) or the route\'s `ResponseHeaderModifier` (`config/k8s/`) (PR #2365). A worker',
+    'answer the service relays itself (a conditional-decode hit) is stripped by the service.',
     '',
     '### `pipeline.kv_connector_params`',
     '',

@@ -120,6 +120,7 @@ export class ProcessStream {
     if (!this.out.isOpen()) return;
     try {
       this.modes ??= resolveModes(req.protocol_config, this.opts.fallbackBodyMode);
+      this.opts.received?.(req.request ?? 'none');
       // Envoy ignores every answer in observability mode.
       if (req.observability_mode) return;
       switch (req.request) {

@@ -94,6 +94,11 @@ export interface ExtProcServiceOptions {
 export interface StreamObserver {
   /** A stream opened; the returned function is called once when it closes. */
   opened(): () => void;
+  /**
+   * Envoy sent one message (`request_headers`, `response_body`, ...): shows which phases Envoy
+   * actually hands us (none of the response's, unless the filter is configured to).
+   */
+  received?(message: string): void;
 }
 
 export interface ExtProcService {
@@ -127,6 +132,7 @@ export function addExtProcService(server: grpc.Server, opts: ExtProcServiceOptio
     maxResponseBodyBytes: limits.responseBodyBytes,
     streamIdleTimeoutMs,
     maxRequestHeaders,
+    received: opts.streamObserver?.received?.bind(opts.streamObserver),
   };
   let active = 0;
   let refusing = false;

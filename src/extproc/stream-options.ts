@@ -31,4 +31,6 @@ export interface ProcessStreamOptions {
    * our headers is flagged on its head (header-budget.ts). 0 or absent = no check.
    */
   readonly maxRequestHeaders?: number;
+  /** Told the kind of every message Envoy sends (metrics); absent = not counted. */
+  readonly received?: (message: string) => void;
 }

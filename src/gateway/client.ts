@@ -1,3 +1,5 @@
+import type { Logger } from 'pino';
+import { redactBody, redactHeaders } from '../pipeline/redact';
 import { Pool } from 'undici';
 import type { Dispatcher } from 'undici';
 import { deadline } from '../pipeline/deadline';
@@ -146,11 +148,14 @@ export class PooledSideCallClient implements SideCallClient {
   }
 
   private async postUnobserved(path: string, headers: Record<string, string>, body: SideCallBody, opts: SideCallOptions): Promise<SideCallResponse> {
+    const trace = opts.log?.isLevelEnabled('trace') ? opts.log : undefined;
+    if (trace) this.traceRequest(trace, path, headers, body);
     const { res, signal, release } = await this.dispatch(path, headers, body, opts);
     const ok = (opts.okStatuses ?? [200]).includes(res.statusCode);
     try {
       const { data: buf, over } = await readCapped(res.body, ok ? MAX_SIDE_CALL_RESPONSE_BYTES : UPSTREAM_ERROR_BODY_CAP);
       if (ok && over) throw new TransportError(opts.step, 'response body too large');
+      if (trace) trace.trace({ status: res.statusCode, body: redactBody(buf) }, 'response body');
       return { status: res.statusCode, headers: flattenHeaders(res.headers), body: buf };
     } catch (err) {
       if (err instanceof TransportError) throw err;
@@ -167,6 +172,7 @@ export class PooledSideCallClient implements SideCallClient {
     opts: SideCallOptions,
   ): Promise<StreamingSideCallResponse> {
     const observation = this.observe(path, headers, opts);
+    if (opts.log?.isLevelEnabled('trace')) this.traceRequest(opts.log, path, observation?.headers ?? headers, body);
     let res: Dispatcher.ResponseData;
     let release: () => void;
     try {
@@ -185,6 +191,12 @@ export class PooledSideCallClient implements SideCallClient {
       body: stream as AsyncIterable<Buffer>,
       cancel: () => stream.destroy(),
     };
+  }
+
+  /** Upstream's gateway-client trace line: method, path, redacted headers (as sent) and body. */
+  private traceRequest(log: Logger, path: string, headers: Record<string, string>, body: SideCallBody): void {
+    const sent = { 'content-type': 'application/json', ...headers };
+    log.trace({ method: 'POST', path: this.basePath + path, headers: redactHeaders(sent), body: redactBody(body) }, 'request body');
   }
 
   async close(): Promise<void> {

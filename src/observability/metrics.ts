@@ -9,6 +9,7 @@
 import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
 import type { SideCallObserver, SideCallObservation, SideCallOutcome } from '../gateway/client';
 import type { StreamObserver } from '../extproc/server';
+import type { ForceStreamObserver } from '../pipeline/step';
 import { classify } from '../pipeline/errors';
 import { errorCode, executionPath, routeLabel } from './request-facts';
 import type { DecisionPath, PipelineObserver, RequestObservation, RequestResult, RequestStart, StepObservation } from '../pipeline/observer';
@@ -82,6 +83,15 @@ interface PhaseSeries {
   readonly duration: Histogram.Internal<string>;
 }
 
+const KNOWN_MESSAGES: ReadonlySet<string> = new Set([
+  'request_headers',
+  'request_body',
+  'request_trailers',
+  'response_headers',
+  'response_body',
+  'response_trailers',
+]);
+
 export interface MetricsOptions {
   /** Node.js process metrics (`process_*`, `nodejs_*`) in the same registry. Default true. */
   readonly processMetrics?: boolean;
@@ -94,6 +104,8 @@ export class CoordinatorMetrics implements PipelineObserver {
   readonly sideCalls: SideCallObserver;
   /** Pass to the ext_proc server. */
   readonly streams: StreamObserver;
+  /** Pass to the steps (decode `force_stream`). */
+  readonly forceStream: ForceStreamObserver;
 
   private readonly models: ModelNameLabels;
   private readonly modelSeries = new Map<string, ModelSeries>();
@@ -119,6 +131,11 @@ export class CoordinatorMetrics implements PipelineObserver {
   private readonly streamDuration: Histogram;
   private readonly decisions: Counter;
   private readonly sideCallDuration: Histogram;
+  private readonly disaggregation: Counter;
+  private readonly forceStreamTotal: Counter;
+  private readonly forceStreamBuffered: Gauge;
+  private readonly extProcMessages: Counter;
+  private readonly messageSeries = new Map<string, Counter.Internal>();
 
   constructor(opts: MetricsOptions = {}) {
     const registers = [this.registry];
@@ -140,16 +157,26 @@ export class CoordinatorMetrics implements PipelineObserver {
     this.probes = new Counter({ name: `${UPSTREAM}conditional_decode_probes_total`, help: 'Conditional-decode probes by result.', labelNames: ['result'], registers });
     this.overhead = new Histogram({ name: `${UPSTREAM}orchestration_overhead_seconds`, help: 'Request time outside body parsing and steps.', labelNames: ['route'], buckets: latency, registers });
 
+    this.forceStreamTotal = new Counter({ name: `${UPSTREAM}force_stream_total`, help: 'Non-streaming requests considered for decode force_stream, by result: forced, fallback_budget, fallback_unbounded, fallback_unsupported, error_ceiling.', labelNames: ['model_name', 'result'], registers });
+    this.forceStreamBuffered = new Gauge({ name: `${UPSTREAM}force_stream_buffered_bytes`, help: 'Bytes currently reserved by buffered force-stream requests.', registers });
+
+    this.extProcMessages = new Counter({ name: `${OWN}extproc_messages_total`, help: 'ext_proc messages Envoy sent, by kind (request_headers, request_body, response_headers, ...).', labelNames: ['message'], registers });
     this.inflight = new Gauge({ name: `${OWN}inflight_requests`, help: 'Inference requests the service is working on.', registers });
     this.activeStreams = new Gauge({ name: `${OWN}extproc_active_streams`, help: 'Open ext_proc Process streams.', registers });
     this.streamDuration = new Histogram({ name: `${OWN}extproc_stream_duration_seconds`, help: 'Lifetime of ext_proc Process streams.', buckets: latency, registers });
     this.decisions = new Counter({ name: `${OWN}decisions_total`, help: 'Decisions by path taken: cascade, cache_hit, step_response, error, passthrough, route.', labelNames: ['path'], registers });
     this.sideCallDuration = new Histogram({ name: `${OWN}side_call_duration_seconds`, help: 'Side-call latency by phase and HTTP status (or error, timeout, cancelled).', labelNames: ['phase', 'status'], buckets: latency, registers });
+    this.disaggregation = new Counter({ name: `${OWN}disaggregation_total`, help: 'Requests a prefill step saw, by path: disaggregated, aggregated_short_prompt (below min_prompt_tokens), aggregated_fallback (no prefill endpoint).', labelNames: ['path'], registers });
 
     if (opts.processMetrics ?? true) collectDefaultMetrics({ register: this.registry });
 
     this.sideCalls = { started: (phase) => this.sideCallStarted(phase) };
+    this.forceStream = {
+      result: (model, result) => this.forceStreamTotal.labels(this.models.label(model), result).inc(),
+      reservedBytes: (bytes) => this.forceStreamBuffered.set(bytes),
+    };
     this.streams = {
+      received: (message) => this.messageReceived(message),
       opened: () => {
         this.activeStreams.inc();
         const started = performance.now();
@@ -198,8 +225,9 @@ export class CoordinatorMetrics implements PipelineObserver {
     const model = series.model;
     if (r.errorClass !== undefined) this.requestErrors.labels(model, errorCode(r.errorClass)).inc();
     if (r.inputTokens !== null) series.tokens.observe(r.inputTokens);
-    const exec = executionPath(r.stepsStarted);
+    const exec = executionPath(r.stepsStarted, r.disaggregation);
     if (exec) this.executionPaths.labels(model, exec).inc();
+    if (r.disaggregation) this.disaggregation.labels(r.disaggregation).inc();
     this.decisions.labels(r.path satisfies DecisionPath).inc();
     this.overhead.labels(routeLabel(path)).observe(Math.max(0, seconds - (r.parseMs + r.stepMs) / 1000));
   }
@@ -239,6 +267,17 @@ export class CoordinatorMetrics implements PipelineObserver {
         if (phase === 'conditional-decode') this.probes.labels(probeResult(outcome)).inc();
       },
     };
+  }
+
+  private messageReceived(message: string): void {
+    let c = this.messageSeries.get(message);
+    if (!c) {
+      // Envoy's oneof names only: a bounded label set whatever arrives.
+      const label = KNOWN_MESSAGES.has(message) ? message : 'other';
+      c = this.extProcMessages.labels(label);
+      if (this.messageSeries.size < KNOWN_MESSAGES.size + 1) this.messageSeries.set(message, c);
+    }
+    c.inc();
   }
 
   private forModel(label: string): ModelSeries {

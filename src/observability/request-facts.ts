@@ -26,8 +26,10 @@ export function errorCode(errorClass: ErrorClass): string {
 }
 
 /** Upstream's rule: classified from the steps that started, only when a decode leg started. */
-export function executionPath(stepsStarted: readonly string[]): string | undefined {
+export function executionPath(stepsStarted: readonly string[], disaggregation?: string | null): string | undefined {
   const started = new Set(stepsStarted);
+  // A prefill step that sent no prefill leg (selective disaggregation) did not disaggregate.
+  if (disaggregation && disaggregation !== 'disaggregated') started.delete('prefill');
   const decode = started.has('decode') || started.has('conditional-decode') || started.has('prefill-decode');
   if (!decode) return undefined;
   const prefill = started.has('prefill') || started.has('prefill-decode');

@@ -175,7 +175,7 @@ export class Tracing implements PipelineObserver {
       finished: (r) => {
         if (pipeline) {
           pipeline.setAttribute('llm_d.coordinator.pipeline.step_count', r.stepsStarted.length);
-          const exec = executionPath(r.stepsStarted);
+          const exec = executionPath(r.stepsStarted, r.disaggregation);
           if (exec) pipeline.setAttribute('llm_d.coordinator.pipeline.execution_path', exec);
           if (pipelineFailed || r.errorClass !== undefined) pipeline.setStatus({ code: SpanStatusCode.ERROR, message: r.errorClass ?? 'step failed' });
           pipeline.end();

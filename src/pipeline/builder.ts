@@ -2,6 +2,27 @@ import type { StepConfig } from '../config/config';
 import { ConfigError } from '../config/errors';
 import type { StepRegistry } from './registry';
 import type { Step, StepDeps } from './step';
+import { STEPS } from '../config/reference';
+
+/** Documented params per built-in step type (top-level names; `quota.prefix` counts as `quota`). */
+const KNOWN_PARAMS: ReadonlyMap<string, ReadonlySet<string>> = new Map(STEPS.map((s) => [s.type, new Set(s.params.map((p) => p.name.split('.')[0]!))]));
+
+/**
+ * Upstream ignores params a step does not read, silently; a typo (`max_paralel`) then looks like
+ * a working setting. Each is warned about once, at start-up, naming the step and the key. Step
+ * types this build does not document (registered by an embedder) are not checked.
+ */
+export function unknownStepParams(steps: readonly StepConfig[]): string[] {
+  const out: string[] = [];
+  steps.forEach((cfg, i) => {
+    const known = KNOWN_PARAMS.get(cfg.type);
+    if (!known) return;
+    for (const key of Object.keys(cfg.params)) {
+      if (!known.has(key)) out.push(`unknown param "${key}" of step "${cfg.type}" (pipeline.steps[${i}].params.${key}) ignored`);
+    }
+  });
+  return out;
+}
 
 /** The params the builder hands every step from the `pipeline:` section; a step may ignore them. */
 export const PIPELINE_INJECTED_PARAMS: ReadonlySet<string> = new Set([
@@ -46,6 +67,7 @@ export function buildPipeline(settings: PipelineSettings, registry: StepRegistry
     );
   }
   checkPrefillDecode(settings.steps);
+  for (const warning of unknownStepParams(settings.steps)) deps.log.warn(warning);
   return settings.steps.map((cfg, i) => {
     const params: Record<string, unknown> = { ...cfg.params };
     if (settings.kvConnector && params['kv_connector'] === undefined) params['kv_connector'] = settings.kvConnector;

@@ -1,6 +1,7 @@
 import type { Logger } from 'pino';
 import { PLAIN_BODY_CODEC, type BodyCodec, type JsonObject } from './json-body';
 import { HOP_BY_HOP_HEADERS } from './hop-by-hop';
+import { HEADER_PEER_TOPOLOGY, mostFrequent } from './response-headers';
 
 // Steps take the body's type from the context they are handed; it is defined by the body codec.
 export type { JsonObject } from './json-body';
@@ -29,12 +30,24 @@ const NEVER_FORWARDED = new Set([
   // Envoy answers a client's `Expect: 100-continue` itself; the side-call client (undici) refuses
   // to send one, so forwarding it would fail every side call.
   'expect',
+  // The prefill EPP's answer about the pod it picked; a client's value would steer decode.
+  HEADER_PEER_TOPOLOGY,
 ]);
 
 /** An HTTP token (RFC 9110), lower-case as stored. */
 const FORWARDABLE_NAME = /^[!#$%&'*+\-.^_`|~0-9a-z]+$/;
 /** Control characters other than HTAB, DEL, and anything beyond latin1. */
 const UNFORWARDABLE_VALUE = /[\x00-\x08\x0a-\x1f\x7f]|[^\x00-\xff]/;
+
+/**
+ * Which path a request took through prefill (access-log field `disaggregation`):
+ * - `disaggregated`: a prefill leg ran and decode pulls its KV cache;
+ * - `aggregated_short_prompt`: the prompt was shorter than prefill's `min_prompt_tokens`, so no
+ *   prefill leg was sent and decode computes the whole prompt itself;
+ * - `aggregated_fallback`: the EPP had no prefill endpoint at all and prefill's
+ *   `fallback_to_decode` served the request on decode alone.
+ */
+export type DisaggregationPath = 'disaggregated' | 'aggregated_short_prompt' | 'aggregated_fallback';
 
 /** What the decode step leaves for the final rewrite: the headers Envoy forwards with. */
 export interface DecodeRequest {
@@ -56,6 +69,8 @@ export interface RequestContextInit {
   log: Logger;
   /** How `body` came from the client's bytes (big strings kept raw); plain JSON when absent. */
   codec?: BodyCodec;
+  /** `pipeline.forward_response_headers` (lower-case): relayed from phase answers to later phases. */
+  relayResponseHeaders?: readonly string[];
 }
 
 /**
@@ -95,11 +110,17 @@ export class RequestContext {
   ecTransferParams: Array<Record<string, unknown>> | null = null;
   /** Set by prefill from its response; `null` when the response carried none. */
   kvTransferParams: Record<string, unknown> | null = {};
+  /** Set by prefill; `null` when no prefill step ran. Decode adds no KV params to an aggregated request. */
+  disaggregation: DisaggregationPath | null = null;
   /** Set by the terminal decode step: the request is ready to be forwarded by Envoy. */
   decode: DecodeRequest | null = null;
 
   private forwarded: Record<string, string> | undefined;
   private readonly stamped: Record<string, string> = {};
+  /** Names of {@link RequestContextInit.relayResponseHeaders}: a client's values are never sent. */
+  private readonly relayNames: ReadonlySet<string>;
+  /** Values phase answers carried, for every later phase (and the decode request). */
+  private readonly relayed: Record<string, string> = {};
 
   constructor(init: RequestContextInit) {
     this.requestId = init.requestId;
@@ -112,6 +133,53 @@ export class RequestContext {
     this.codec = init.codec ?? PLAIN_BODY_CODEC;
     this.model = typeof init.body['model'] === 'string' ? this.codec.text(init.body['model'] as string) : '';
     this.stream = init.body['stream'] === true;
+    this.relayNames = new Set(init.relayResponseHeaders ?? []);
+  }
+
+  /**
+   * Takes the configured relay headers from a phase's answer (render, prefill): a later phase's
+   * value replaces an earlier one. Lower-case names, as the side-call client reports them.
+   */
+  captureResponseHeaders(headers: Readonly<Record<string, string>>): void {
+    let changed = false;
+    for (const name of this.relayNames) {
+      const v = headers[name];
+      if (v !== undefined && UNFORWARDABLE_VALUE.test(v) === false) {
+        this.relayed[name] = v;
+        changed = true;
+      }
+    }
+    if (changed) this.forwarded = undefined;
+  }
+
+  /** A fan-out phase (encode): per header, the value most of its answers carried. */
+  captureFanOutHeaders(answers: ReadonlyArray<Readonly<Record<string, string>>>): void {
+    const merged: Record<string, string> = {};
+    for (const name of this.relayNames) {
+      const v = mostFrequent(answers.map((h) => h[name]).filter((x): x is string => x !== undefined));
+      if (v !== undefined) merged[name] = v;
+    }
+    this.captureResponseHeaders(merged);
+  }
+
+  /** The prefill answer's `x-peer-topology`, for the decode request only (PR #2319). */
+  capturePeerTopology(headers: Readonly<Record<string, string>>): void {
+    const v = headers[HEADER_PEER_TOPOLOGY];
+    if (v !== undefined && !UNFORWARDABLE_VALUE.test(v)) this.relayed[HEADER_PEER_TOPOLOGY] = v;
+  }
+
+  /** Headers phase answers gave the final (decode) request. */
+  relayedHeaders(): Readonly<Record<string, string>> {
+    return this.relayed;
+  }
+
+  /** Client headers the final request must not carry: relay names (and the topology) no phase replaced. */
+  discardedClientHeaders(): string[] {
+    const out: string[] = [];
+    for (const name of [...this.relayNames, HEADER_PEER_TOPOLOGY]) {
+      if (this.headers[name] !== undefined && this.relayed[name] === undefined && !out.includes(name)) out.push(name);
+    }
+    return out;
   }
 
   /**
@@ -159,8 +227,10 @@ export class RequestContext {
       for (const [name, value] of Object.entries(this.headers)) {
         // A name or value no HTTP client may send (Envoy never delivers one, a stray ext_proc
         // client might) is dropped rather than failing the side call, and can never inject CRLF.
-        if (!NEVER_FORWARDED.has(name) && FORWARDABLE_NAME.test(name) && !UNFORWARDABLE_VALUE.test(value)) out[name] = value;
+        if (!NEVER_FORWARDED.has(name) && !this.relayNames.has(name) && FORWARDABLE_NAME.test(name) && !UNFORWARDABLE_VALUE.test(value)) out[name] = value;
       }
+      // Relayed answers replace client values (which are never sent); the topology goes to decode only.
+      for (const [name, value] of Object.entries(this.relayed)) if (name !== HEADER_PEER_TOPOLOGY) out[name] = value;
       this.forwarded = out;
     }
     return { ...this.forwarded };

@@ -27,12 +27,16 @@ export async function runPipeline(
     if (ctx.signal.aborted) {
       return { kind: 'failed', error: new CancelledError(), step: step.type, timings };
     }
+    // Upstream's trace lines around every step (its e2e suite greps `step complete`).
+    const trace = ctx.log.isLevelEnabled('trace');
+    if (trace) ctx.log.trace({ step: step.type }, 'step starting');
     const started = performance.now();
     const observed = observer.stepStarted(step.type, ctx);
     try {
       const outcome = await step.execute(ctx);
       timings.push({ step: step.type, ms: performance.now() - started });
       observed.ended();
+      if (trace) ctx.log.trace({ step: step.type }, 'step complete');
       if (outcome && 'respond' in outcome) {
         return { kind: 'responded', response: outcome.respond, cacheHit: outcome.cacheHit === true, step: step.type, timings };
       }

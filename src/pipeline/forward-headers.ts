@@ -17,7 +17,13 @@ export const FORWARD_STAMPED_HEADERS: readonly string[] = [
 ];
 
 /**
- * Headers with configurable names, so never known to be present: the async-broker's objective and
- * fairness headers (`objective_header`, `fairness_header`).
+ * Relayed from phase answers (src/pipeline/response-headers.ts): `x-peer-topology`, plus at most
+ * this many `pipeline.forward_response_headers` names (a bound on the list, checked at start-up).
  */
-export const FORWARD_CONFIGURABLE_HEADERS = 2;
+export const MAX_FORWARD_RESPONSE_HEADERS = 4;
+
+/**
+ * Headers never known to be present: the async-broker's objective and fairness headers
+ * (`objective_header`, `fairness_header`, configurable names), and the relayed ones above.
+ */
+export const FORWARD_CONFIGURABLE_HEADERS = 2 + 1 + MAX_FORWARD_RESPONSE_HEADERS;

@@ -8,6 +8,10 @@ import { checkJsonDepth } from './json-depth';
 import { NOOP_PIPELINE_OBSERVER, type DecisionPath, type PipelineObserver, type RequestObservation } from './observer';
 import { sanitiseRequestId } from './request-id';
 import { isInferenceRequest, stripQuery } from './inference-request';
+import { RESPONSES_API_PATH, validateResponsesRequest } from './responses-request';
+import { DEFAULT_FORWARD_RESPONSE_HEADERS } from './response-headers';
+import { goDuration } from './go-duration';
+import { redactBody, redactHeaders } from './redact';
 import { DEFAULT_HEADER_POLICY, invalidHeaderMessage, screenHeaders, type HeaderPolicy, type ScreenedHeaders } from './header-policy';
 import type { Route, Step } from './step';
 
@@ -20,6 +24,8 @@ export interface HandlerOptions {
   readonly log: Logger;
   /** Metrics and tracing hooks; default none. */
   readonly observer?: PipelineObserver;
+  /** `pipeline.forward_response_headers` (validated, lower-case); default upstream's `[x-llm-d-disagg-revision]`. */
+  readonly forwardResponseHeaders?: readonly string[];
   /** Which gateway headers a client may set (header-policy.ts); default none. */
   readonly headerPolicy?: HeaderPolicy;
   /**
@@ -40,6 +46,14 @@ function timingMetadata(timings: readonly StepTiming[]): Metadata {
   const stepMs: Record<string, number> = {};
   for (const t of timings) stepMs[t.step] = round((stepMs[t.step] ?? 0) + t.ms);
   return { step_ms: stepMs, steps: timings.map((t) => `${t.step}:${round(t.ms)}`).join(',') };
+}
+
+/** Upstream's `pipeline step timings` fields: `parse` and each step, as Go duration strings. */
+function stepTimings(parseMs: number, timings: readonly StepTiming[]): Record<string, string> {
+  const out: Record<string, string> = {};
+  if (parseMs > 0) out['parse'] = goDuration(parseMs);
+  for (const t of timings) out[t.step] = goDuration(t.ms);
+  return out;
 }
 
 /** One part is sent as one buffer (every small body); several are kept apart, never concatenated. */
@@ -301,9 +315,25 @@ class PipelineExchange extends BaseExchange {
       errorStep: failed?.step,
       inputTokens: this.ctx?.tokenIds ? this.ctx.tokenIds.length : null,
       stepsStarted: this.timings.map((t) => t.step),
+      disaggregation: this.ctx?.disaggregation ?? null,
       parseMs: this.parseMs,
       stepMs,
     });
+  }
+
+  /**
+   * The decode leg as upstream's decode proxy logs it: at debug the headers it goes out with, at
+   * trace also the redacted body. Envoy sends it, so this is the last the service sees of it.
+   */
+  private logDecodeRequest(ctx: RequestContext, set: Record<string, string>, remove: readonly string[], parts: Buffer[]): void {
+    const headers: Record<string, string> = { ...ctx.headers };
+    for (const name of remove) delete headers[name];
+    Object.assign(headers, set);
+    let bodyLen = 0;
+    for (const p of parts) bodyLen += p.length;
+    const redacted = redactHeaders(headers);
+    this.log.debug({ method: 'POST', path: ctx.originalPath, bodyLen, headers: redacted }, 'request body');
+    if (this.log.isLevelEnabled('trace')) this.log.trace({ method: 'POST', path: ctx.originalPath, headers: redacted, body: redactBody(parts) }, 'request body');
   }
 
   /**
@@ -323,6 +353,7 @@ class PipelineExchange extends BaseExchange {
     try {
       parsed = parseJsonBody(raw);
       checkJsonDepth(parsed.body);
+      if (this.path === RESPONSES_API_PATH) validateResponsesRequest(parsed.body);
     } catch (err) {
       return this.failure(err, 'parse', [], {});
     }
@@ -336,6 +367,7 @@ class PipelineExchange extends BaseExchange {
       signal: this.controller.signal,
       finished: this.done.signal,
       log: this.log,
+      relayResponseHeaders: this.opts.forwardResponseHeaders ?? DEFAULT_FORWARD_RESPONSE_HEADERS,
     }));
     this.observation.parsed(ctx, length);
     try {
@@ -345,11 +377,13 @@ class PipelineExchange extends BaseExchange {
     }
     const outcome = await runPipeline(this.opts.steps, ctx, this.observation);
     this.timings = outcome.timings;
+    if (this.log.isLevelEnabled('info')) this.log.info(stepTimings(parseMs, outcome.timings), 'pipeline step timings');
     const facts: Metadata = {
       parse_ms: round(parseMs),
       token_count: ctx.tokenIds?.length ?? 0,
       mm_entries: ctx.multimodalEntries.length,
     };
+    if (ctx.disaggregation) facts['disaggregation'] = ctx.disaggregation;
     switch (outcome.kind) {
       case 'failed':
         return this.failure(outcome.error, outcome.step, outcome.timings, facts);
@@ -369,13 +403,16 @@ class PipelineExchange extends BaseExchange {
           return this.withRemovals({ kind: 'forward', setHeaders: { ...ctx.stampedHeaders() }, removeHeaders: [], body: null, metadata: this.metadata('passthrough', outcome.timings, facts) });
         }
         try {
-          return this.withRemovals({
+          const parts = ctx.serialize(ctx.body);
+          const decision = this.withRemovals({
             kind: 'forward',
-            setHeaders: { ...ctx.stampedHeaders(), ...ctx.decode.headers },
-            removeHeaders: ctx.decode.removeHeaders ?? [],
-            body: forwardBody(ctx.serialize(ctx.body)),
+            setHeaders: { ...ctx.stampedHeaders(), ...ctx.relayedHeaders(), ...ctx.decode.headers },
+            removeHeaders: [...(ctx.decode.removeHeaders ?? []), ...ctx.discardedClientHeaders()],
+            body: forwardBody(parts),
             metadata: this.metadata('cascade', outcome.timings, facts),
           });
+          if (this.log.isLevelEnabled('debug')) this.logDecodeRequest(ctx, decision.setHeaders, decision.removeHeaders, parts);
+          return decision;
         } catch (err) {
           return this.failure(err, 'decode', outcome.timings, facts);
         }

@@ -3,7 +3,7 @@
  * decision. The pipeline only calls these interfaces; src/observability implements them. The no-op
  * default makes an unobserved pipeline cost a few empty calls per request.
  */
-import type { RequestContext } from './context';
+import type { DisaggregationPath, RequestContext } from './context';
 import type { ErrorClass } from './errors';
 
 /** What the service decided for one request Envoy showed it (`path_taken` in the access log). */
@@ -21,6 +21,8 @@ export interface RequestResult {
   readonly inputTokens: number | null;
   /** Types of the steps that started, in order (one entry per run). */
   readonly stepsStarted: readonly string[];
+  /** Set when a prefill step ran: whether it disaggregated or decode served the request alone. */
+  readonly disaggregation?: DisaggregationPath | null;
   /** Body parse time and the sum of step durations, ms: the rest of the request is orchestration. */
   readonly parseMs: number;
   readonly stepMs: number;

@@ -1,3 +1,4 @@
+import type { Logger } from 'pino';
 /**
  * The side-call port: what a step needs of an HTTP client bound to one base URL (the gateway, or
  * render's own address). The pipeline owns this shape; src/gateway/ implements it
@@ -14,6 +15,8 @@ export interface SideCallOptions {
   readonly totalTimeoutMs?: number;
   /** Statuses whose body is read in full; any other status reads at most 8 KiB (logs only). */
   readonly okStatuses?: readonly number[];
+  /** The request's logger: at trace, the leg's redacted request and response bodies (as upstream). */
+  readonly log?: Logger;
 }
 
 export interface SideCallResponse {

@@ -72,6 +72,15 @@ export interface StepDeps {
   readonly log: Logger;
   /** Lets a step answer extra routes of its own (the async broker's result routes). */
   readonly registerRoute: (route: Route) => void;
+  /** Decode `force_stream` outcomes and reserved bytes, for metrics; absent = not recorded. */
+  readonly forceStream?: ForceStreamObserver;
+}
+
+/** What metrics learn of decode `force_stream` (reference §12.3.8). */
+export interface ForceStreamObserver {
+  result(modelName: string, result: 'forced' | 'fallback_budget' | 'fallback_unbounded' | 'fallback_unsupported' | 'error_ceiling'): void;
+  /** Bytes currently reserved by buffered force-stream requests, after every change. */
+  reservedBytes(bytes: number): void;
 }
 
 /** Validates params up front and returns a ready step; throws {@link ConfigError} on bad params. */

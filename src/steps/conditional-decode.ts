@@ -7,6 +7,7 @@
  */
 import type { JsonObject, RequestContext } from '../pipeline/context';
 import { HOP_BY_HOP_HEADERS } from '../pipeline/hop-by-hop';
+import { INTERNAL_RESPONSE_HEADERS } from '../pipeline/response-headers';
 import { ParamReader } from '../pipeline/params';
 import type { Step, StepDeps, StepFactory, StepOutcome, StepParams } from '../pipeline/step';
 import type { SideCallClient, StreamingSideCallResponse } from '../pipeline/side-call';
@@ -28,7 +29,8 @@ const MISS_BODY_DRAIN_MS = 1000;
 
 // Never relayed to the client: connection-level headers of the side call (as Go's reverse proxy
 // strips them) and framing, which Envoy redoes for the local reply.
-const HOP_BY_HOP: ReadonlySet<string> = new Set([...HOP_BY_HOP_HEADERS, 'content-length']);
+// Internal headers (x-peer-topology, epp-profile) are the EPPs' and ours, never the client's (PR #2365).
+const HOP_BY_HOP: ReadonlySet<string> = new Set([...HOP_BY_HOP_HEADERS, 'content-length', ...INTERNAL_RESPONSE_HEADERS]);
 
 /** The probe body in the resolved format. A shallow copy: the client body is not touched. */
 export function buildConditionalDecodeBody(ctx: RequestContext, format: WireFormat): JsonObject {
@@ -48,6 +50,9 @@ export function buildConditionalDecodeBody(ctx: RequestContext, format: WireForm
       break;
     case 'completions':
       if (tokenIds && tokenIds.length > 0) body['prompt'] = tokenIds;
+      break;
+    case 'responses':
+      // §12.9: the client body unchanged.
       break;
     case 'generate':
       // Also the shape of a chat request under use_openai_format=false: unchanged.
@@ -115,6 +120,7 @@ class ConditionalDecodeStep implements Step {
       step: CONDITIONAL_DECODE_STEP,
       signal: ctx.signal,
       headersTimeoutMs: this.headersTimeoutMs,
+      log: ctx.log,
     });
     if (res.status === STATUS_PRECONDITION_FAILED) {
       await discardMiss(res);

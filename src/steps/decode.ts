@@ -4,10 +4,11 @@
  */
 import type { JsonObject, RequestContext } from '../pipeline/context';
 import { ParamReader } from '../pipeline/params';
-import type { Step, StepDeps, StepFactory, StepParams } from '../pipeline/step';
+import type { Step, StepDeps, StepFactory, StepOutcome, StepParams } from '../pipeline/step';
 import type { KvConnector } from '../connectors/kv';
 import { buildKvConnector } from '../connectors/kv';
 import { requireGateway } from './gateway-required';
+import { ForceStream, readForceStreamConfig } from './force-stream/force-stream';
 import {
   CONTENT_TYPE_JSON,
   HEADER_CONTENT_TYPE,
@@ -29,11 +30,16 @@ class DecodeStep implements Step {
   constructor(
     private readonly useOpenAIFormat: boolean,
     private readonly kv: KvConnector,
+    /** Set when `force_stream` is on (reference §12.3). */
+    private readonly forceStream: ForceStream | null = null,
   ) {}
 
-  async execute(ctx: RequestContext): Promise<void> {
-    const kv = this.kv.prepareDecode(ctx);
-    ctx.log.trace({ step: DECODE_STEP, params: kv }, 'preparing decode kv params');
+  async execute(ctx: RequestContext): Promise<StepOutcome> {
+    // Prefill skipped (short prompt, or no prefill endpoint): decode computes the prompt itself, and
+    // KV params would send the worker looking for blocks no prefill produced.
+    const aggregated = ctx.disaggregation !== null && ctx.disaggregation !== 'disaggregated';
+    const kv = aggregated ? null : this.kv.prepareDecode(ctx);
+    if (kv) ctx.log.trace({ step: DECODE_STEP, params: kv }, 'preparing decode kv params');
     injectImageUuids(ctx);
 
     // The body is mutated in place: decode is last, and the body is serialised once afterwards.
@@ -44,15 +50,19 @@ class DecodeStep implements Step {
     dropTransferParams(body);
     switch (resolveFormat(this.useOpenAIFormat, ctx.originalPath)) {
       case 'chat': {
-        body['kv_transfer_params'] = kv;
+        if (kv) body['kv_transfer_params'] = kv;
         const tokens: JsonObject = { token_ids: ctx.tokenIds };
         const features = buildMmFeatures(ctx.multimodalEntries, false);
         if (features) tokens['features'] = features;
         body['tokens'] = tokens;
         break;
       }
+      case 'responses':
+        // §12.9: the client body plus top-level KV params (and the image uuids set above).
+        if (kv) body['kv_transfer_params'] = kv;
+        break;
       case 'completions':
-        body['kv_transfer_params'] = kv;
+        if (kv) body['kv_transfer_params'] = kv;
         if (ctx.tokenIds && ctx.tokenIds.length > 0) body['prompt'] = ctx.tokenIds;
         break;
       case 'generate': {
@@ -63,9 +73,16 @@ class DecodeStep implements Step {
           sampling = {};
           body['sampling_params'] = sampling;
         }
-        setGenerateTransferParams(sampling as JsonObject, kv, null);
+        if (kv) setGenerateTransferParams(sampling as JsonObject, kv, null);
         break;
       }
+    }
+
+    if (this.forceStream) {
+      // A non-streaming request may run upstream as a streaming one, answered here; else the
+      // normal forwarded decode below.
+      const forced = await this.forceStream.run(ctx, body);
+      if (forced) return forced;
     }
 
     ctx.decode = {
@@ -79,9 +96,11 @@ class DecodeStep implements Step {
 }
 
 export const createDecodeStep: StepFactory = (params: StepParams, deps: StepDeps): Step => {
-  requireGateway(DECODE_STEP, deps);
+  const gateway = requireGateway(DECODE_STEP, deps);
   const p = new ParamReader(DECODE_STEP, params);
   const useOpenAIFormat = p.bool('use_openai_format', true);
   const kv = buildKvConnector(p.string('kv_connector', ''), DECODE_STEP);
-  return new DecodeStep(useOpenAIFormat, kv);
+  const force = readForceStreamConfig(DECODE_STEP, p, params);
+  const forceStream = force ? new ForceStream(force, gateway, deps.gatewayTimeoutMs, deps.forceStream) : null;
+  return new DecodeStep(useOpenAIFormat, kv, forceStream);
 };

@@ -11,6 +11,7 @@ import type { SideCallClient } from '../pipeline/side-call';
 import type { EcConnector } from '../connectors/ec';
 import { buildEcConnector } from '../connectors/ec';
 import { requireGateway } from './gateway-required';
+import { redactHeaders } from '../pipeline/redact';
 import {
   GENERATE_PATH,
   MODALITY_IMAGE,
@@ -22,6 +23,8 @@ import {
   jsonTypeName,
   pathForFormat,
   resolveFormat,
+  responsesImageParts,
+  byteLength,
 } from './wire';
 import type { WireFormat } from './wire';
 
@@ -65,6 +68,14 @@ export function buildEncodeBody(ctx: RequestContext, entry: MultimodalEntry, for
   const tokenIds = encodeTokenIds(ctx.tokenIds, entry);
   const hashes = { [MODALITY_IMAGE]: [entry.hash ?? ''] };
   const placeholders = { [MODALITY_IMAGE]: [{ offset: 1, length: entry.placeholder?.length ?? 0 }] };
+  if (format === 'responses') {
+    // §12.9: the client's input_image part verbatim, as a one-part user input.
+    const found = imageUrls[entry.index];
+    const part = isJsonObject(found) ? found : { type: 'input_image', image_url: '' };
+    const body: JsonObject = { model: ctx.model, input: [{ role: 'user', content: [part] }] };
+    capSingleTokenOutput(body, format);
+    return body;
+  }
   if (format === 'chat') {
     // Only the image itself: no text, no client sampling fields, no client `uuid`.
     const found = imageUrls[entry.index];
@@ -113,11 +124,15 @@ class EncodeStep implements Step {
     }
     const format = resolveFormat(this.useOpenAIFormat, ctx.originalPath);
     const path = pathForFormat(format);
-    const imageUrls = format === 'chat' ? imageUrlObjects(ctx.body) : [];
+    const imageUrls =
+      format === 'chat' ? imageUrlObjects(ctx.body) : format === 'responses' ? responsesImageParts(ctx.body).filter((p) => typeof p['image_url'] === 'string') : [];
 
+    const answerHeaders: Array<Record<string, string>> = [];
     const results = await this.fanOut(ctx, entries.length, (i, signal) =>
-      this.encodeOne(ctx, i, buildEncodeBody(ctx, entries[i]!, format, imageUrls), path, signal),
+      this.encodeOne(ctx, i, buildEncodeBody(ctx, entries[i]!, format, imageUrls), path, signal, answerHeaders),
     );
+    // Relayed headers (forward_response_headers): the value most encode answers agree on.
+    ctx.captureFanOutHeaders(answerHeaders);
     // Merged only once every image is encoded, in entry order, so a failure publishes nothing.
     for (const r of results) this.ec.mergeEncodeResponse(ctx, r);
     ctx.log.info({ step: ENCODE_STEP, count: results.length }, 'all sub-requests complete');
@@ -149,11 +164,21 @@ class EncodeStep implements Step {
     return results;
   }
 
-  private async encodeOne(ctx: RequestContext, i: number, body: JsonObject, path: string, signal: AbortSignal): Promise<Record<string, unknown> | null> {
+  private async encodeOne(
+    ctx: RequestContext,
+    i: number,
+    body: JsonObject,
+    path: string,
+    signal: AbortSignal,
+    answerHeaders: Array<Record<string, string>>,
+  ): Promise<Record<string, unknown> | null> {
     const step = `${ENCODE_STEP}[${i}]`;
     const headers = gatewayLegHeaders(ctx.forwardedHeaders(), ctx.requestId, 'encode');
-    ctx.log.debug({ step: ENCODE_STEP, index: i, path }, 'sending sub-request');
-    const res = await this.gateway.post(path, headers, ctx.serialize(body), {
+    const bytes = ctx.serialize(body);
+    if (ctx.log.isLevelEnabled('debug')) {
+      ctx.log.debug({ step: ENCODE_STEP, index: i, method: 'POST', path, bodyLen: byteLength(bytes), headers: redactHeaders(headers) }, 'sub-request body');
+    }
+    const res = await this.gateway.post(path, headers, bytes, {
       step,
       signal,
       headersTimeoutMs: this.headersTimeoutMs,
@@ -161,8 +186,10 @@ class EncodeStep implements Step {
       // body after them must not hold the request until the client leaves. Same bound as prefill.
       totalTimeoutMs: this.headersTimeoutMs > 0 ? 2 * this.headersTimeoutMs : 0,
       okStatuses: [200],
+      log: ctx.log,
     });
     if (res.status !== 200) throw new UpstreamError(step, res.status, res.body.toString('utf8'));
+    answerHeaders.push(res.headers);
     let answer: unknown;
     try {
       answer = decodeFirstJsonValue(res.body);

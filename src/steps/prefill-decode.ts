@@ -132,6 +132,7 @@ class PrefillDecodeStep implements Step {
       signal: ctx.signal,
       headersTimeoutMs: this.headersTimeoutMs,
       okStatuses: [204],
+      log: ctx.log,
     });
     if (res.status >= 400) throw new UpstreamError('prefill', res.status, res.body.toString('utf8'));
     if (res.status !== 204) {
@@ -183,6 +184,7 @@ class PrefillDecodeStep implements Step {
         headersTimeoutMs: this.headersTimeoutMs,
         totalTimeoutMs: totalMs,
         okStatuses: [200],
+        log: ctx.log,
       });
       try {
         for await (const _ of res.body) {

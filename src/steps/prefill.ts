@@ -2,7 +2,7 @@
  * `prefill`: one single-token, non-streaming request through the gateway to a
  * prefill worker, whose answer carries the KV-cache location decode will pull from.
  */
-import type { RequestContext } from '../pipeline/context';
+import type { DisaggregationPath, RequestContext } from '../pipeline/context';
 import { TransportError, UpstreamError, UpstreamInvalidError } from '../pipeline/errors';
 import { ParamReader } from '../pipeline/params';
 import type { Step, StepDeps, StepFactory, StepParams } from '../pipeline/step';
@@ -12,6 +12,9 @@ import { buildKvConnector } from '../connectors/kv';
 import type { EcConnector } from '../connectors/ec';
 import { buildEcConnector } from '../connectors/ec';
 import { requireGateway } from './gateway-required';
+import { isNoPrefillEndpointAnswer } from './no-endpoint';
+import { redactHeaders } from '../pipeline/redact';
+import { byteLength } from './wire';
 import { buildPrefillBody, coerceParamsMap, decodeFirstJsonValue, gatewayLegHeaders, isJsonObject, jsonTypeName, pathForFormat, resolveFormat } from './wire';
 
 export const PREFILL_STEP = 'prefill';
@@ -36,6 +39,16 @@ function retryable(outcome: { status: number } | { error: unknown }): boolean {
   return err instanceof TransportError && !err.timedOut && !LOCAL_REFUSAL.test(err.message);
 }
 
+/** Selective disaggregation (issue #15): when a request skips the prefill leg. */
+export interface SelectiveDisaggregation {
+  /** Prompts with fewer rendered tokens decode aggregated; 0 = always disaggregate. */
+  readonly minPromptTokens: number;
+  /** Serve aggregated on decode when the EPP has no prefill endpoint (see no-endpoint.ts). */
+  readonly fallbackToDecode: boolean;
+}
+
+const NO_SELECTIVE: SelectiveDisaggregation = { minPromptTokens: 0, fallbackToDecode: false };
+
 class PrefillStep implements Step {
   readonly type = PREFILL_STEP;
 
@@ -46,9 +59,16 @@ class PrefillStep implements Step {
     private readonly gateway: SideCallClient,
     private readonly headersTimeoutMs: number,
     private readonly retries: number,
+    private readonly selective: SelectiveDisaggregation = NO_SELECTIVE,
   ) {}
 
   async execute(ctx: RequestContext): Promise<void> {
+    // Token ids exist only when a render step ran; without a count the request is disaggregated.
+    const min = this.selective.minPromptTokens;
+    if (min > 0 && ctx.tokenIds !== null && ctx.tokenIds.length < min) {
+      this.aggregate(ctx, 'aggregated_short_prompt', { prompt_tokens: ctx.tokenIds.length, min_prompt_tokens: min });
+      return;
+    }
     // Conflicting EC descriptors fail here, before the gateway is contacted.
     const ec = this.ec.preparePrefill(ctx);
     const kv = this.kv.preparePrefill(ctx);
@@ -57,8 +77,17 @@ class PrefillStep implements Step {
     const path = pathForFormat(format);
     const headers = gatewayLegHeaders(ctx.forwardedHeaders(), ctx.requestId, 'prefill');
     Object.assign(headers, this.kv.prefillHeaders?.(ctx));
+    if (ctx.log.isLevelEnabled('debug')) {
+      ctx.log.debug({ step: PREFILL_STEP, method: 'POST', path, bodyLen: byteLength(body), headers: redactHeaders(headers) }, 'request body');
+    }
 
     const res = await this.send(ctx, path, headers, body);
+    // Only a complete error answer from the EPP itself: prefill is never streamed, and nothing
+    // that reached a prefill worker (any 200, any worker error) can lead here.
+    if (this.selective.fallbackToDecode && isNoPrefillEndpointAnswer(res)) {
+      this.aggregate(ctx, 'aggregated_fallback', { upstream_status: res.status });
+      return;
+    }
     if (res.status !== 200) throw new UpstreamError(PREFILL_STEP, res.status, res.body.toString('utf8'));
 
     let answer: unknown;
@@ -72,9 +101,19 @@ class PrefillStep implements Step {
       throw new UpstreamInvalidError(`prefill: decode response: expected an object, got ${jsonTypeName(answer)}`);
     }
     ctx.kvTransferParams = coerceParamsMap(answer?.['kv_transfer_params'], 'kv_transfer_params', ctx.log);
+    ctx.disaggregation = 'disaggregated';
+    ctx.captureResponseHeaders(res.headers);
+    ctx.capturePeerTopology(res.headers);
     // Stamped headers ride on the request Envoy finally forwards, so decode gets them too.
     for (const [name, value] of Object.entries(this.kv.decodeHeaders?.(ctx) ?? {})) ctx.stampHeader(name, value);
     ctx.log.debug({ step: PREFILL_STEP }, 'complete');
+  }
+
+  /** No prefill leg (or none that counts): decode serves the whole request with no KV params. */
+  private aggregate(ctx: RequestContext, path: DisaggregationPath, fields: Record<string, number>): void {
+    ctx.disaggregation = path;
+    ctx.kvTransferParams = null;
+    ctx.log.debug({ step: PREFILL_STEP, disaggregation: path, ...fields }, 'prefill skipped; decoding aggregated');
   }
 
   /**
@@ -94,6 +133,7 @@ class PrefillStep implements Step {
           // must not hold the request forever either.
           totalTimeoutMs: this.headersTimeoutMs > 0 ? 2 * this.headersTimeoutMs : 0,
           okStatuses: [200],
+          log: ctx.log,
         });
       } catch (error) {
         if (attempt >= this.retries || ctx.signal.aborted || !retryable({ error })) throw error;
@@ -117,5 +157,9 @@ export const createPrefillStep: StepFactory = (params: StepParams, deps: StepDep
   });
   const ec = buildEcConnector(p.string('ec_connector', ''), PREFILL_STEP);
   const retries = p.int('retries', DEFAULT_PREFILL_RETRIES, { min: 0, max: MAX_PREFILL_RETRIES });
-  return new PrefillStep(useOpenAIFormat, kv, ec, gateway, deps.gatewayTimeoutMs, retries);
+  const selective: SelectiveDisaggregation = {
+    minPromptTokens: p.int('min_prompt_tokens', 0, { min: 0 }),
+    fallbackToDecode: p.bool('fallback_to_decode', false),
+  };
+  return new PrefillStep(useOpenAIFormat, kv, ec, gateway, deps.gatewayTimeoutMs, retries, selective);
 };

@@ -15,6 +15,7 @@ import {
   CONTENT_TYPE_JSON,
   GENERATE_PATH,
   HEADER_CONTENT_TYPE,
+  RESPONSES_PATH,
   decodeChatRenderResponse,
   decodeCompletionsRenderResponse,
   extractMultimodalEntries,
@@ -69,7 +70,9 @@ class RenderStep implements Step {
     const path = ctx.originalPath;
     if (path === GENERATE_PATH) return this.generate(ctx);
     if (path.includes(COMPLETIONS_PATH)) return this.completions(ctx);
-    if (path.includes(CHAT_COMPLETIONS_PATH)) return this.chat(ctx);
+    if (path.includes(CHAT_COMPLETIONS_PATH)) return this.chat(ctx, CHAT_COMPLETIONS_PATH);
+    // §12.9: `<render>/v1/responses/render`, answered in the chat render shape.
+    if (path.includes(RESPONSES_PATH)) return this.chat(ctx, RESPONSES_PATH);
     ctx.log.info({ step: RENDER_STEP, path }, 'skipping render step');
   }
 
@@ -124,8 +127,8 @@ class RenderStep implements Step {
     throw new BadRequestError(`invalid prompt array element: ${jsonTypeName(first)}`);
   }
 
-  private async chat(ctx: RequestContext): Promise<void> {
-    const res = decodeChatRenderResponse(await this.post(ctx, CHAT_COMPLETIONS_PATH));
+  private async chat(ctx: RequestContext, basePath: string): Promise<void> {
+    const res = decodeChatRenderResponse(await this.post(ctx, basePath));
     ctx.tokenIds = res.tokenIds;
     this.checkTokenLimit(res.tokenIds?.length ?? 0);
 
@@ -159,8 +162,10 @@ class RenderStep implements Step {
       signal: ctx.signal,
       totalTimeoutMs: this.cfg.timeoutMs,
       okStatuses: [200],
+      log: ctx.log,
     });
     if (res.status !== 200) throw new UpstreamError(RENDER_STEP, res.status, res.body.toString('utf8'));
+    ctx.captureResponseHeaders(res.headers);
     return res.body;
   }
 

@@ -14,7 +14,7 @@ import { DomainAllowlist } from './media/domain-allowlist';
 import { describeUrl, MediaDownloader, MediaDownloadError } from './media/downloader';
 import { parseRange, type IpRange } from './media/ip-address';
 import type { Dialer, Resolver } from './media/network';
-import { isJsonObject } from './wire';
+import { isJsonObject, jsonTypeName, RESPONSES_IMAGE_PART, RESPONSES_PATH } from './wire';
 
 export const REPLACE_MEDIA_URLS_STEP = 'replace-media-urls';
 
@@ -85,7 +85,9 @@ export interface ImageRef {
   readonly part: number;
   /** As parsed: a big URL is a body placeholder; read it through the context. */
   readonly url: string;
-  readonly imageUrl: JsonObject;
+  /** The object holding the URL, and its key: `image_url.url` (chat) or the part's `image_url` (responses). */
+  readonly holder: JsonObject;
+  readonly key: string;
 }
 
 interface Inlined {
@@ -127,7 +129,27 @@ export function collectImageRefs(body: JsonObject): ImageRef[] {
       if (!isJsonObject(part) || part['type'] !== 'image_url') return;
       const imageUrl = part['image_url'];
       if (!isJsonObject(imageUrl) || typeof imageUrl['url'] !== 'string') return;
-      refs.push({ message: m, part: p, url: imageUrl['url'] as string, imageUrl });
+      refs.push({ message: m, part: p, url: imageUrl['url'] as string, holder: imageUrl, key: 'url' });
+    });
+  });
+  return refs;
+}
+
+/**
+ * `input_image` parts of a Responses request (§12.9), in body order. Their `image_url` is the URL
+ * string itself; any other value there is a 400, as upstream.
+ */
+function collectResponsesImageRefs(body: JsonObject): ImageRef[] {
+  const input = body['input'];
+  if (!Array.isArray(input)) return [];
+  const refs: ImageRef[] = [];
+  input.forEach((item, m) => {
+    if (!isJsonObject(item) || !Array.isArray(item['content'])) return;
+    (item['content'] as unknown[]).forEach((part, p) => {
+      if (!isJsonObject(part) || part['type'] !== RESPONSES_IMAGE_PART) return;
+      const url = part['image_url'];
+      if (typeof url !== 'string') throw new BadRequestError(`input[${m}].content[${p}].image_url must be a string, got ${jsonTypeName(url)}`);
+      refs.push({ message: m, part: p, url, holder: part, key: 'image_url' });
     });
   });
   return refs;
@@ -142,7 +164,7 @@ class ReplaceMediaUrlsStep implements Step {
   ) {}
 
   async execute(ctx: RequestContext): Promise<void> {
-    const refs = collectImageRefs(ctx.body);
+    const refs = ctx.originalPath.includes(RESPONSES_PATH) ? collectResponsesImageRefs(ctx.body) : collectImageRefs(ctx.body);
     if (refs.length === 0) return;
     const max = this.cfg.maxMultimodalEntries;
     if (max > 0 && refs.length > max) throw new BadRequestError(`too many multimodal entries: got ${refs.length}, max ${max}`);
@@ -153,7 +175,7 @@ class ReplaceMediaUrlsStep implements Step {
     // Only now, with every image in hand, is the body touched: a failure leaves it as it came.
     for (let i = 0; i < refs.length; i++) {
       const r = results[i]!;
-      if (r.rewrite && typeof r.base64 === 'string') refs[i]!.imageUrl['url'] = `data:${r.contentType};base64,${r.base64}`;
+      if (r.rewrite && typeof r.base64 === 'string') refs[i]!.holder[refs[i]!.key] = `data:${r.contentType};base64,${r.base64}`;
       ctx.multimodalEntries.push(imageEntry(ctx.multimodalEntries.length, r));
     }
     ctx.log.debug({ step: REPLACE_MEDIA_URLS_STEP, images: refs.length }, 'complete');

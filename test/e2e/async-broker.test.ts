@@ -6,8 +6,8 @@
  */
 import { request } from 'undici';
 import { RedisServer } from '../support/redis';
-import { TestAsyncProcessor } from '../support/async-processor';
-import { waitUntil } from '../support/ports';
+import { TestAsyncProcessor } from '../../launch/async-processor';
+import { waitUntil } from '../../launch/ports';
 import { defaultSteps, startStack, type Stack } from '../support/stack';
 import type { RecordedRequest } from '../../sim/simulator';
 import { envoyStatusCode } from '../../src/extproc/status';

@@ -4,7 +4,7 @@
  * ext_proc body modes. The simulators record every leg as it reached them.
  */
 import type { RecordedRequest } from '../../sim/simulator';
-import { at, sseData, TestClient } from '../support/client';
+import { at, sseData, TestClient } from '../../launch/client';
 import { startStack, type Stack } from '../support/stack';
 
 const MODEL = 'sim-model';

@@ -6,7 +6,7 @@
  */
 import { Agent, request } from 'undici';
 import type { RecordedRequest } from '../../sim/simulator';
-import { at, sseData, TestClient } from '../support/client';
+import { at, sseData, TestClient } from '../../launch/client';
 import { startStack, type Stack, type StepYaml } from '../support/stack';
 
 const MODEL = 'sim-model';

@@ -12,9 +12,9 @@ import {
   EnvoyBootstrapError,
   renderEnvoyBootstrap,
   type EnvoyBodyMode,
-} from '../../scripts/envoy-bootstrap';
+} from '../../launch/envoy-bootstrap';
 import { AccessLog } from '../support/access-log';
-import { ensureEnvoy, startEnvoy, type EnvoyHandle } from '../support/envoy';
+import { ensureEnvoy, startEnvoy, type EnvoyHandle } from '../../launch/envoy';
 
 describe('committed Envoy bootstraps', () => {
   it.each(Object.entries(COMMITTED_BOOTSTRAPS))('%s equals the template rendered with defaults', (mode, file) => {

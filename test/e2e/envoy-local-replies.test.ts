@@ -4,7 +4,7 @@
  * decode worker's own answer pass as they were.
  */
 import { startSimulator, type Simulator } from '../../sim/simulator';
-import { TestClient } from '../support/client';
+import { TestClient } from '../../launch/client';
 import { startStack, type Stack } from '../support/stack';
 import { expectOpenAiError } from '../faults/support/expect';
 

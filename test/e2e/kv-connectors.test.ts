@@ -3,7 +3,7 @@
  * received them through the real Envoy, in both body modes. (kv-shared-storage: cascade.test.ts.)
  */
 import type { RecordedRequest } from '../../sim/simulator';
-import { at, TestClient } from '../support/client';
+import { at, TestClient } from '../../launch/client';
 import { startStack, type Stack } from '../support/stack';
 
 // kv-sglang reads the bootstrap port from the environment once; pin the documented default.

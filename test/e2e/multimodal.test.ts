@@ -8,9 +8,9 @@
  * an injected resolver and a dialer that never opens a socket.
  */
 import type { RecordedRequest } from '../../sim/simulator';
-import { ImageServer, PNG_BYTES } from '../unit/media/image-server';
+import { ImageServer, PNG_BYTES } from '../unit/steps/media/image-server';
 import type { AccessLogEntry } from '../support/access-log';
-import { at, TestClient } from '../support/client';
+import { at, TestClient } from '../../launch/client';
 import { startStack, type Stack } from '../support/stack';
 
 const MODEL = 'sim-model';

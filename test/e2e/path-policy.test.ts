@@ -6,7 +6,7 @@
  * target as given; a URL object would normalise it first).
  */
 import { Client } from 'undici';
-import { KNOWN_CONTROL_PATHS, PIPELINE_PATHS, REFUSED_PATH_BODY } from '../../scripts/path-policy';
+import { KNOWN_CONTROL_PATHS, PIPELINE_PATHS, REFUSED_PATH_BODY } from '../../launch/path-policy';
 import { INFERENCE_PATHS } from '../../src/pipeline/inference-request';
 import { startStack, ROLES, type Stack } from '../support/stack';
 import { PATH_VARIANTS } from '../support/trust-cases';

@@ -1,6 +1,6 @@
 /** A render service that cannot be reached fails the request with 502, through the real Envoy. */
-import { at, TestClient } from '../support/client';
-import { freePort } from '../support/ports';
+import { at, TestClient } from '../../launch/client';
+import { freePort } from '../../launch/ports';
 import { startStack, type Stack } from '../support/stack';
 
 describe.each(['full_duplex', 'buffered'] as const)('render unreachable (%s)', (bodyMode) => {

@@ -5,9 +5,9 @@
  */
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { REPO_ROOT } from '../../scripts/envoy-bootstrap';
-import { STACK_IMAGE_REQUEST, stackSteps } from '../../scripts/local-stack';
-import { TestClient } from '../support/client';
+import { REPO_ROOT } from '../../launch/envoy-bootstrap';
+import { STACK_IMAGE_REQUEST, stackSteps } from '../../launch/local-stack';
+import { TestClient } from '../../launch/client';
 import { RedisServer } from '../support/redis';
 import { startStack, ROLES, type Stack } from '../support/stack';
 

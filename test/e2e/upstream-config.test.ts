@@ -7,7 +7,7 @@ import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
 import yaml from 'js-yaml';
 import { startStack, type Stack } from '../support/stack';
-import { at, TestClient } from '../support/client';
+import { at, TestClient } from '../../launch/client';
 
 const FIXTURE = join(__dirname, '../fixtures/upstream-coordinator.yaml');
 

@@ -12,7 +12,7 @@
  * only), so the coordinator's own budget is what keeps the session.
  */
 import { connect, type Socket } from 'node:net';
-import { TestClient } from '../support/client';
+import { TestClient } from '../../launch/client';
 import { startStack, type Stack } from '../support/stack';
 
 const RESETS = 1500;

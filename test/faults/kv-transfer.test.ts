@@ -13,7 +13,7 @@
  *
  * Here an Envoy route stands in for the EPP's reserve-endpoint plugin (204 + the pod's address).
  */
-import { at, TestClient } from '../support/client';
+import { at, TestClient } from '../../launch/client';
 import { startStack, type Stack } from '../support/stack';
 import { withGatewayRoutes } from './support/custom-envoy';
 import { startCustomStack, type CustomStack } from './support/custom-stack';

@@ -9,10 +9,10 @@
  */
 import type { ServerResponse } from 'node:http';
 import { startSimulator, type FaultRule, type Simulator } from '../../sim/simulator';
-import { at, TestClient, type ClientResponse } from '../support/client';
-import { freePort, sleep } from '../support/ports';
+import { at, TestClient, type ClientResponse } from '../../launch/client';
+import { freePort, sleep } from '../../launch/ports';
 import { startStack, type Role, type Stack } from '../support/stack';
-import { ImageServer, PNG_BYTES } from '../unit/media/image-server';
+import { ImageServer, PNG_BYTES } from '../unit/steps/media/image-server';
 import { expectIdle, expectOpenAiError, trackUnhandledRejections, UPSTREAM_SECRET } from './support/expect';
 
 type Fault = '4xx' | '5xx' | 'refused' | 'timeout' | 'hang' | 'reset mid-body' | 'slow body';

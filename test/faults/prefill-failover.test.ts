@@ -5,8 +5,8 @@
  * never happens once decode began, nor for a 4xx or a timeout.
  */
 import { startSimulator, type Simulator } from '../../sim/simulator';
-import { at, TestClient } from '../support/client';
-import { freePort } from '../support/ports';
+import { at, TestClient } from '../../launch/client';
+import { freePort } from '../../launch/ports';
 import { withClusterEndpoints } from './support/custom-envoy';
 import { startCustomStack, type CustomStack } from './support/custom-stack';
 import { createPrefillStep } from '../../src/steps/prefill';

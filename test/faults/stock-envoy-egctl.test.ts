@@ -13,7 +13,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import yaml from 'js-yaml';
-import { TestClient } from '../support/client';
+import { TestClient } from '../../launch/client';
 import {
   EGCTL,
   TRANSLATE_NAMESPACE,
@@ -22,7 +22,7 @@ import {
   translationInput,
   walkObjects,
   writeYaml,
-} from '../unit/manifests/egctl-translation';
+} from '../deploy/manifests/egctl-translation';
 import { startCustomStack, type CustomStack } from './support/custom-stack';
 
 type Json = Record<string, unknown>;

@@ -12,8 +12,8 @@
  * cluster exactly 1. The pipeline is decode only, so the requests are cheap and the run is about the
  * HTTP/2 session, not the workers.
  */
-import type { EnvoyBodyMode } from '../../scripts/envoy-bootstrap';
-import { TestClient } from '../support/client';
+import type { EnvoyBodyMode } from '../../launch/envoy-bootstrap';
+import { TestClient } from '../../launch/client';
 import { startStack, type Stack } from '../support/stack';
 
 const REQUESTS = 20_000;

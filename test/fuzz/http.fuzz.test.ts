@@ -10,7 +10,7 @@
 import { connect } from 'node:net';
 import fc from 'fast-check';
 import { checkJsonDepth } from '../../src/pipeline/json-depth';
-import { TestClient } from '../support/client';
+import { TestClient } from '../../launch/client';
 import { startStack, type Stack } from '../support/stack';
 import { bodyCase, PATH_OF, type BodyCase } from './support/arbitraries';
 import { fuzzParameters, fuzzTimeout, shortReport } from './support/settings';

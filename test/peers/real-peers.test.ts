@@ -1,6 +1,6 @@
 /**
  * Issue #14 item 1: epd-coordinator against what production runs, in the no-Kubernetes topology of
- * scripts/epp-topology.ts: the real Envoy, the real llm-d EPP (file discovery, header-profile-handler),
+ * launch/epp-topology.ts: the real Envoy, the real llm-d EPP (file discovery, header-profile-handler),
  * llm-d-inference-sim as encode / prefill / decode / render, and the real llm-d-async with Redis.
  * The binaries come prebuilt from $PEERS_BIN; without them the suite is skipped and says why.
  *
@@ -15,10 +15,10 @@ import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { crc32, deflateSync } from 'node:zlib';
-import { EPP_STACK_MODEL, freeEppStackPorts, startEppStack, type EppStack } from '../../scripts/epp-stack';
-import type { WorkerRole } from '../../scripts/epp-topology';
-import { at, sseData, TestClient } from '../support/client';
-import { freePort } from '../support/ports';
+import { EPP_STACK_MODEL, freeEppStackPorts, startEppStack, type EppStack } from '../../launch/epp-stack';
+import type { WorkerRole } from '../../launch/epp-topology';
+import { at, sseData, TestClient } from '../../launch/client';
+import { freePort } from '../../launch/ports';
 import { eventually, peerBin, peersSkipReason, readAccessLog, simRequestsFor, simRequestsMatching, type SimHttpRequest } from '../support/peers';
 
 const skip = peersSkipReason();

@@ -2,7 +2,7 @@
  * Issue #12 item 4: the trust boundary against the real llm-d EPP, which is what a hostile header
  * used to kill (a latin-1 fairness id read into a Prometheus label: panic, then 502 for everyone).
  *
- * The stack is the no-Kubernetes topology (scripts/epp-stack.ts): Envoy, epd-coordinator, the real
+ * The stack is the no-Kubernetes topology (launch/epp-stack.ts): Envoy, epd-coordinator, the real
  * EPP (file discovery) and our own sim/ workers, which serve the vLLM gauges the EPP scrapes. Through
  * the public listener go every gateway header spoofed (and as latin-1 bytes), the path variants and
  * control paths of test/support/trust-cases.ts, and a seeded fuzz run of header cases sent as raw
@@ -22,9 +22,9 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import fc from 'fast-check';
 import { Client } from 'undici';
-import { EPP_STACK_MODEL, freeEppStackPorts, startEppStack, type EppStack, type EppStackPorts } from '../../scripts/epp-stack';
-import type { WorkerRole } from '../../scripts/epp-topology';
-import { KNOWN_CONTROL_PATHS, REFUSED_PATH_BODY } from '../../scripts/path-policy';
+import { EPP_STACK_MODEL, freeEppStackPorts, startEppStack, type EppStack, type EppStackPorts } from '../../launch/epp-stack';
+import type { WorkerRole } from '../../launch/epp-topology';
+import { KNOWN_CONTROL_PATHS, REFUSED_PATH_BODY } from '../../launch/path-policy';
 import { GATEWAY_HEADERS } from '../../src/pipeline/header-policy';
 import { fuzzSeed } from '../fuzz/support/settings';
 import { LATIN1_VALUE, PATH_VARIANTS, spoofedGatewayHeaders } from '../support/trust-cases';

@@ -302,7 +302,7 @@ describe('every header the forward can add is counted', () => {
         'extproc/responses.ts extraSet content-length',
         'observability/tracing.ts stampHeader TRACEPARENT', // traceparent
         'pipeline/handler.ts setHeaders { ...ctx.stampedHeaders() }',
-        'pipeline/handler.ts setHeaders { ...ctx.stampedHeaders(), ...ctx.decode.headers }',
+        'pipeline/handler.ts setHeaders { ...ctx.stampedHeaders(), ...ctx.relayedHeaders(), ...ctx.decode.headers }', // relayed: FORWARD_CONFIGURABLE_HEADERS
         "pipeline/handler.ts setHeaders { 'epp-profile': 'decode', 'x-request-id': this.requestId }", // passthrough, as upstream
         'steps/async-broker/step.ts stampHeader name', // clearHeader: only a header the client sent
         'steps/async-broker/step.ts stampHeader this.config.fairnessHeader', // configurable name

@@ -14,7 +14,7 @@ import { MAX_DECODED_HEADERS } from '../../src/extproc/headers';
 import { startService } from '../../src/service';
 import { createPrefillDecodeStep } from '../../src/steps/prefill-decode';
 import { EnvoyClient } from '../protocol/envoy-client';
-import { at, TestClient } from '../support/client';
+import { at, TestClient } from '../../launch/client';
 import { startStack, type Stack } from '../support/stack';
 import { makeCtx, TestDeps } from '../unit/steps/fake-upstream';
 import { expectOpenAiError } from '../faults/support/expect';

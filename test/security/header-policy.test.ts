@@ -8,8 +8,8 @@
  * answers, so the same cases can later be pointed at a stack with the real EPP in front.
  */
 import { request } from 'undici';
-import { PNG_BYTES } from '../unit/media/image-server';
-import { TestClient } from '../support/client';
+import { PNG_BYTES } from '../unit/steps/media/image-server';
+import { TestClient } from '../../launch/client';
 import { startStack, type Stack } from '../support/stack';
 import { LATIN1_VALUE, spoofedGatewayHeaders } from '../support/trust-cases';
 

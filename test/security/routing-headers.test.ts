@@ -2,7 +2,7 @@
  * A client can never address a worker role or a pod itself (issue #8, DESIGN §1): routing headers
  * it sends through the public listener never reach a worker as it sent them.
  */
-import { at, TestClient } from '../support/client';
+import { at, TestClient } from '../../launch/client';
 import { startStack, type Stack } from '../support/stack';
 
 const chat = { model: 'sim-model', messages: [{ role: 'user', content: 'route me' }], max_tokens: 3 };

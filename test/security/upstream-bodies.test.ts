@@ -6,9 +6,9 @@
  * The one exception is decode: it is the request Envoy forwards, and its answer (error or not)
  * streams back through Envoy untouched (reference Q16); the last test pins that down.
  */
-import { at, TestClient } from '../support/client';
+import { at, TestClient } from '../../launch/client';
 import { startStack, type Role, type Stack } from '../support/stack';
-import { ImageServer, PNG_BYTES } from '../unit/media/image-server';
+import { ImageServer, PNG_BYTES } from '../unit/steps/media/image-server';
 import { expectOpenAiError, UPSTREAM_SECRET } from '../faults/support/expect';
 
 const BODIES = [

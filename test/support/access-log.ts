@@ -1,6 +1,6 @@
 /** Reads the JSON access log the Envoy bootstrap writes (one object per line, both listeners). */
 import { existsSync, readFileSync } from 'node:fs';
-import { sleep } from './ports';
+import { sleep } from '../../launch/ports';
 
 /** One line, as the bootstrap's `json_format` writes it; missing values are `null`. */
 export interface AccessLogEntry {
@@ -28,6 +28,7 @@ export interface AccessLogEntry {
   readonly error_step?: string | null;
   readonly error_class?: string | null;
   readonly upstream_status?: number | null;
+  readonly disaggregation?: string | null;
   readonly ext_proc?: string | null;
   readonly [key: string]: unknown;
 }

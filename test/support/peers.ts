@@ -5,8 +5,8 @@
  */
 import { accessSync, constants, existsSync, readFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { parseAccessLogLine } from '../../scripts/epp-topology';
-import { sleep } from './ports';
+import { parseAccessLogLine } from '../../launch/epp-topology';
+import { sleep } from '../../launch/ports';
 
 export const PEER_BINARIES = ['llm-d-inference-sim', 'epp', 'coordinator', 'llm-d-async'] as const;
 export type PeerBinary = (typeof PEER_BINARIES)[number];

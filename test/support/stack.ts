@@ -8,14 +8,14 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import pino from 'pino';
 import type { Logger } from 'pino';
-import type { EnvoyBodyMode } from '../../scripts/envoy-bootstrap';
+import type { EnvoyBodyMode } from '../../launch/envoy-bootstrap';
 import { startSimulator, type Simulator, type SimulatorOptions } from '../../sim/simulator';
 import { parseConfig, type AppConfig } from '../../src/config/config';
 import { createLogger } from '../../src/observability/logger';
 import { startService, type RunningService } from '../../src/service';
 import { AccessLog } from './access-log';
-import { EnvoyStartError, startEnvoy, type EnvoyHandle } from './envoy';
-import { freePort } from './ports';
+import { EnvoyStartError, startEnvoy, type EnvoyHandle } from '../../launch/envoy';
+import { freePort } from '../../launch/ports';
 
 export type Role = 'render' | 'encode' | 'prefill' | 'decode';
 export const ROLES: readonly Role[] = ['render', 'encode', 'prefill', 'decode'];

@@ -125,3 +125,34 @@ any other form, which the drain check then leaves alone.
 {{- end }}
 {{- end }}
 {{- end }}
+
+{{/*
+Gateway API matches for a list of exact paths and a list of path prefixes (gateways.pathPolicy). A
+prefix's trailing slash is dropped: Gateway API's PathPrefix matches whole path segments, so
+/v1/models/ becomes /v1/models and matches /v1/models and /v1/models/{id}, not /v1/modelsx.
+*/}}
+{{- define "epd.pathMatches" -}}
+{{- range .exact }}
+- path: { type: Exact, value: {{ . | quote }} }
+{{- end }}
+{{- range .prefixes }}
+- path: { type: PathPrefix, value: {{ trimSuffix "/" . | quote }} }
+{{- end }}
+{{- end }}
+
+{{/* The filters, backend and timeout of each allowed rule of the public route. */}}
+{{- define "epd.servedRule" -}}
+filters:
+# Second line of defence; the authoritative removal is the ClientTrafficPolicy's early header mutation.
+- type: RequestHeaderModifier
+  requestHeaderModifier:
+    remove:
+      {{- toYaml .Values.gateways.routingHeaders | nindent 6 }}
+backendRefs:
+- group: inference.networking.k8s.io
+  kind: InferencePool
+  name: {{ required "inferencePool.name is required" .Values.inferencePool.name }}
+timeouts:
+  # The request timeout covers the whole streamed response; "0s" turns it off.
+  request: 0s
+{{- end }}

@@ -2,16 +2,18 @@
  * Wire-format resolution: which body shape and which path a leg uses.
  */
 
-/** The three body shapes the coordinator emits. */
-export type WireFormat = 'chat' | 'completions' | 'generate';
+/** The body shapes the coordinator emits (`responses`: the OpenAI Responses API, reference §12.9). */
+export type WireFormat = 'chat' | 'completions' | 'responses' | 'generate';
 
 export const CHAT_COMPLETIONS_PATH = '/v1/chat/completions';
 export const COMPLETIONS_PATH = '/v1/completions';
 export const GENERATE_PATH = '/inference/v1/generate';
+export const RESPONSES_PATH = '/v1/responses';
 
 const PATHS: Readonly<Record<WireFormat, string>> = {
   chat: CHAT_COMPLETIONS_PATH,
   completions: COMPLETIONS_PATH,
+  responses: RESPONSES_PATH,
   generate: GENERATE_PATH,
 };
 
@@ -22,6 +24,7 @@ const PATHS: Readonly<Record<WireFormat, string>> = {
 export function detectFormat(path: string): WireFormat {
   if (path.includes(CHAT_COMPLETIONS_PATH)) return 'chat';
   if (path.includes(COMPLETIONS_PATH)) return 'completions';
+  if (path.includes(RESPONSES_PATH)) return 'responses';
   return 'generate';
 }
 

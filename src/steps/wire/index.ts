@@ -10,3 +10,4 @@ export * from './render-response';
 export * from './headers';
 export * from './image-uuids';
 export * from './prefill-body';
+export * from './responses-input';

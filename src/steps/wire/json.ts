@@ -74,3 +74,10 @@ export function decodeFirstJsonValue(body: Buffer | string): unknown {
     return JSON.parse(text.slice(start, end));
   }
 }
+
+/** Total bytes of a serialised body's parts. */
+export function byteLength(parts: readonly Buffer[]): number {
+  let n = 0;
+  for (const p of parts) n += p.length;
+  return n;
+}

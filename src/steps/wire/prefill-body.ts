@@ -41,6 +41,16 @@ export function buildPrefillBody(
       if (nonEmpty(ec)) body['ec_transfer_params'] = ec;
       return body;
     }
+    case 'responses': {
+      // §12.9: the client body, capped to one stored-nowhere token, with our transfer params. No
+      // `tokens` field: the Responses endpoint re-renders the input itself.
+      const body: JsonObject = { ...ctx.body };
+      capSingleTokenOutput(body, format);
+      dropTransferParams(body);
+      if (kv) body['kv_transfer_params'] = kv;
+      if (nonEmpty(ec)) body['ec_transfer_params'] = ec;
+      return body;
+    }
     case 'completions': {
       // A fresh body: client sampling fields are not carried to prefill.
       const prompt = ctx.tokenIds && ctx.tokenIds.length > 0 ? ctx.tokenIds : (ctx.body['prompt'] ?? null);

@@ -5,9 +5,9 @@
 import { spawn, type ChildProcess } from 'node:child_process';
 import { closeSync, existsSync, mkdirSync, openSync, readFileSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { renderEnvoyBootstrap, type EnvoyBootstrapOptions } from '../../../scripts/envoy-bootstrap';
-import { ensureEnvoy, httpGet } from '../../support/envoy';
-import { sleep } from '../../support/ports';
+import { renderEnvoyBootstrap, type EnvoyBootstrapOptions } from '../../../launch/envoy-bootstrap';
+import { ensureEnvoy, httpGet } from '../../../launch/envoy';
+import { sleep } from '../../../launch/ports';
 
 export interface CustomEnvoy {
   readonly pid: number;

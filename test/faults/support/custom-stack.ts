@@ -11,7 +11,7 @@ import { startSimulator, type Simulator } from '../../../sim/simulator';
 import { parseConfig } from '../../../src/config/config';
 import { createLogger } from '../../../src/observability/logger';
 import { startService, type RunningService } from '../../../src/service';
-import { freePort } from '../../support/ports';
+import { freePort } from '../../../launch/ports';
 import { stackConfigDoc, type StackOptions } from '../../support/stack';
 import { startCustomEnvoy, withClusterEndpoints, type CustomEnvoy } from './custom-envoy';
 

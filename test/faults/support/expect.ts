@@ -1,7 +1,7 @@
 /** Assertions the fault, security and fuzz suites share. */
 import type { RunningService } from '../../../src/service';
-import type { ClientResponse } from '../../support/client';
-import { waitUntil } from '../../support/ports';
+import type { ClientResponse } from '../../../launch/client';
+import { waitUntil } from '../../../launch/ports';
 
 /** Marks every simulated upstream error body, so a test can prove none reaches the client. */
 export const UPSTREAM_SECRET = 'UPSTREAM-SECRET-8c1f';

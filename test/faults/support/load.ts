@@ -1,5 +1,5 @@
 /** Steady client traffic for the restart tests and the soak: N loops, each one request at a time. */
-import { TestClient } from '../../support/client';
+import { TestClient } from '../../../launch/client';
 
 export interface Outcome {
   /** performance.now() at send and at the end of the answer (or failure). */

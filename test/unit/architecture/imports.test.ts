@@ -4,7 +4,8 @@
  * entries that LAYERS does not allow.
  *
  * The layering (each layer knows only the ones below it; README "Layout" names the folders):
- * - main.ts and service.ts wire everything and sit on top; server-tls.ts is a wiring helper.
+ * - main.ts and service.ts wire everything and sit on top; server-tls.ts is a wiring helper, and
+ *   self-signed-cert.ts (node:crypto only) makes its default certificate.
  * - observability implements the hooks the lower layers define (PipelineObserver, SideCallObserver,
  *   the stream observer), so it may import them; nothing below imports observability.
  * - extproc and the pipeline meet only at the Decision/RequestHandler seam: extproc may import
@@ -26,7 +27,8 @@ import * as ts from 'typescript';
 const LAYERS: Record<string, readonly string[]> = {
   'main.ts': ['service.ts', 'observability', 'config'],
   'service.ts': ['server-tls.ts', 'observability', 'extproc', 'steps', 'gateway', 'pipeline', 'config'],
-  'server-tls.ts': ['config'],
+  'server-tls.ts': ['config', 'self-signed-cert.ts'],
+  'self-signed-cert.ts': [],
   observability: ['extproc', 'gateway', 'pipeline', 'config'],
   extproc: ['pipeline/decision.ts', 'pipeline/forward-headers.ts', 'pipeline/hop-by-hop.ts'],
   steps: ['connectors', 'gateway', 'pipeline', 'config'],
