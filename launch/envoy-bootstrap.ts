@@ -260,7 +260,7 @@ function parseArgs(argv: string[]): { opts: Partial<EnvoyBootstrapOptions>; out?
       case '-h':
       case '--help':
         process.stdout.write(USAGE + '\n');
-        process.exit(0);
+        return process.exit(0);
       default:
         throw new EnvoyBootstrapError(`unknown argument ${flag}\n${USAGE}`);
     }

@@ -201,7 +201,7 @@ export async function startEnvoy(opts: StartEnvoyOptions): Promise<EnvoyHandle> 
 
   const deadline = Date.now() + (opts.readyTimeoutMs ?? 20_000);
   let adminUrl = '';
-  let ports = new Map<string, number>();
+  let ports: Map<string, number>;
   try {
     for (;;) {
       if (exited) {

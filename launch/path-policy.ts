@@ -36,8 +36,12 @@ export const DECODE_PATHS: readonly string[] = [
   '/tokenize',
   '/detokenize',
 ];
-/** Sub-resources of those APIs: `/v1/models/{model}`, `/v1/responses/{id}`. */
-export const DECODE_PREFIXES: readonly string[] = ['/v1/models/', '/v1/responses/'];
+/**
+ * Sub-resources of those APIs: `/v1/models/{model}`. Not `/v1/responses/{id}`: a stored response
+ * lives on one worker, which a pool cannot address, and the prefix would let
+ * `/v1/responses/render` (a pipeline side call) reach a worker.
+ */
+export const DECODE_PREFIXES: readonly string[] = ['/v1/models/'];
 
 /**
  * Worker control and introspection paths known to be refused (every path not allowed above is):
@@ -61,6 +65,7 @@ export const KNOWN_CONTROL_PATHS: readonly string[] = [
   '/v1/chat/completions/render',
   '/v1/completions/render',
   '/inference/v1/generate/render',
+  '/v1/responses/render',
   '/render',
 ];
 

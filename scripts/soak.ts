@@ -49,7 +49,7 @@ function parseArgs(argv: string[]): Args {
       case '-h':
       case '--help':
         process.stdout.write(`${USAGE}\n`);
-        process.exit(0);
+        return process.exit(0);
       default:
         throw new Error(`unknown argument ${a}\n${USAGE}`);
     }

@@ -136,7 +136,7 @@ export function generate(endpoint: Endpoint, body: JsonObject, httpRequestId: st
         : (promptIds as number[]).length;
 
   let words: string[] = [];
-  let tokenIds: number[] = [];
+  let tokenIds: number[];
   let finishReason = 'stop';
   if (settings.role === 'encode') {
     // --mm-encoder-only answers '!' x max_tokens (default 1) with finish_reason "length".

@@ -175,7 +175,7 @@ function parseSteps(raw: unknown): StepConfig[] {
 
 /** `host:port`, `:port` or `[v6]:port`; `null` for an address without a valid port. */
 export function parseListenAddress(text: string): ListenAddress | null {
-  const m = /^(?:\[([0-9a-fA-F:.]+)\]|([^:\[\]\s]*)):(\d{1,5})$/.exec(text.trim());
+  const m = /^(?:\[([0-9a-fA-F:.]+)\]|([^:[\]\s]*)):(\d{1,5})$/.exec(text.trim());
   if (!m) return null;
   const port = Number(m[3]);
   if (port > 65535) return null;

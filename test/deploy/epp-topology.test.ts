@@ -23,7 +23,7 @@ import {
 import { ensureEnvoy } from '../../launch/envoy';
 import { allowedMatches, PIPELINE_PATHS, REFUSED_PATH_BODY } from '../../launch/path-policy';
 
-type Json = Record<string, any>; // eslint-disable-line @typescript-eslint/no-explicit-any
+type Json = Record<string, any>;  
 
 const OPTS: TopologyOptions = {
   endpoints: [

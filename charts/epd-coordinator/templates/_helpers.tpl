@@ -148,6 +148,13 @@ filters:
   requestHeaderModifier:
     remove:
       {{- toYaml .Values.gateways.routingHeaders | nindent 6 }}
+{{- with .Values.gateways.internalResponseHeaders }}
+# Coordinator/EPP-internal headers of the decode answer never reach the client.
+- type: ResponseHeaderModifier
+  responseHeaderModifier:
+    remove:
+      {{- toYaml . | nindent 6 }}
+{{- end }}
 backendRefs:
 - group: inference.networking.k8s.io
   kind: InferencePool

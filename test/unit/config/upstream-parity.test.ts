@@ -63,12 +63,12 @@ describe('unknown step params', () => {
       { type: 'render', params: { address: 'http://r', timeout: '5s' } },
       { type: 'encode', params: { max_paralel: 8, use_openai_format: true } },
       { type: 'prefill', params: { min_prompt_tokens: 64, fallback_to_decode: true, kv_connector: 'kv-nixl' } },
-      { type: 'decode', params: { force_stream: true } },
+      { type: 'decode', params: { force_stream: true, force_stream_buffer: '1GiB' } },
       { type: 'my-own-step', params: { anything: 1 } },
     ];
     expect(unknownStepParams(steps)).toEqual([
       'unknown param "max_paralel" of step "encode" (pipeline.steps[1].params.max_paralel) ignored',
-      'unknown param "force_stream" of step "decode" (pipeline.steps[3].params.force_stream) ignored',
+      'unknown param "force_stream_buffer" of step "decode" (pipeline.steps[3].params.force_stream_buffer) ignored',
     ]);
   });
 });

@@ -116,6 +116,8 @@ describe('kv-sglang', () => {
   function freshSglang(): typeof import('../../../src/connectors/kv/sglang') {
     let mod!: typeof import('../../../src/connectors/kv/sglang');
     jest.isolateModules(() => {
+      // isolateModules is synchronous, so the fresh copy must be a synchronous require.
+      // eslint-disable-next-line @typescript-eslint/no-require-imports
       mod = require('../../../src/connectors/kv/sglang');
     });
     return mod;

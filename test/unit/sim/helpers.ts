@@ -39,7 +39,7 @@ export async function readSse(res: Response): Promise<{ reads: string[]; data: s
  * The parsed JSON body. Loosely typed on purpose: the tests probe arbitrary answer shapes and the
  * assertions themselves check them.
  */
-// eslint-disable-next-line @typescript-eslint/no-explicit-any
+ 
 export async function readJson(res: Response): Promise<any> {
   return res.json();
 }

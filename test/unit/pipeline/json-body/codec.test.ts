@@ -114,7 +114,7 @@ describe('parseJsonBody', () => {
     const pad = ' \n'.repeat(3000);
     expectSameAsPlainParse(Buffer.from(`{"a":${pad}"${BASE64}"${pad},"b":"${BASE64}"}`));
     expectSameAsPlainParse(Buffer.from(`{"a":"${'\\'.repeat(5000)}","b":"${BASE64}","c":"${'\\'.repeat(5000)}\\"${big(2000)}"}`));
-    expectSameAsPlainParse(chunked(Buffer.from(`{"a":"${'\\'.repeat(5000)}\"${big(3000)}","b":"${BASE64}"}`), 999));
+    expectSameAsPlainParse(chunked(Buffer.from(`{"a":"${'\\'.repeat(5000)}"${big(3000)}","b":"${BASE64}"}`), 999));
   });
 
   it('takes the plain path for bodies without big strings', () => {
