@@ -24,7 +24,7 @@ export interface CommonBenchArgs {
   cpuProfileDir?: string;
 }
 
-const COMMON_USAGE = '[--buffered] [--out FILE] [--cpu-prof DIR (the coordinator\'s V8 CPU profile)]';
+const COMMON_USAGE = "[--buffered] [--out FILE] [--cpu-prof DIR (the coordinator's V8 CPU profile)]";
 
 /** `npm run bench -- <suite> [--requests N (400)] ... [--buffered] [--out FILE] [--cpu-prof DIR]`. */
 export function benchUsage(suite: string, ints: Readonly<Record<string, IntFlag>>): string {

@@ -90,7 +90,6 @@ class Runner {
   }
 }
 
-
 /** path_taken per request id, from Envoy's JSON access log (public listener lines). */
 function pathsTaken(accessLogPath: string): Map<string, string> {
   const out = new Map<string, string>();
@@ -171,7 +170,11 @@ async function main(): Promise<void> {
         body_mode: args.bodyMode,
         pipeline: 'render -> conditional-decode -> prefill -> decode',
         request: 'POST /v1/chat/completions, stream:true, one 13-word user message, echo simulator (13 streamed tokens)',
-        simulated_latency: { time_to_first_token_ms: args.ttftMs, inter_token_latency_ms: args.itlMs, applies_to: 'every simulator (prefill and decode alike)' },
+        simulated_latency: {
+          time_to_first_token_ms: args.ttftMs,
+          inter_token_latency_ms: args.itlMs,
+          applies_to: 'every simulator (prefill and decode alike)',
+        },
         hit: 'a prompt whose prefix the decode simulator served before: the probe answer is streamed back (streamed_immediate_response)',
         miss: 'a new prompt: probe answered 412 by the decode simulator (EPP stand-in), then prefill, then decode via the public route',
         ttft: 'client side: request sent -> first read carrying SSE data',
@@ -193,7 +196,9 @@ async function main(): Promise<void> {
     process.stdout.write(`\nconditional (${args.bodyMode}), streaming:\n`);
     process.stdout.write(`${row('hit ttft', ttft.hit)}\n${row('miss ttft', ttft.miss)}\n`);
     process.stdout.write(`${row('hit total', total.hit)}\n${row('miss total', total.miss)}\n`);
-    process.stdout.write(`  hit/miss: ttft p50 ${result.ratio_ttft_p50_hit_over_miss}x, total p50 ${result.ratio_total_p50_hit_over_miss}x\n`);
+    process.stdout.write(
+      `  hit/miss: ttft p50 ${result.ratio_ttft_p50_hit_over_miss}x, total p50 ${result.ratio_total_p50_hit_over_miss}x\n`,
+    );
     process.stdout.write(`wrote ${args.out}${truncated ? ' (stopped early: --max-seconds reached)' : ''}\n`);
     if (runner.errors > 0) throw new Error(`${runner.errors} request(s) failed; first: ${runner.firstError}`);
     if (wrongPath > 0) throw new Error(`${wrongPath} request(s) did not take the expected path (see ${stack.accessLogPath})`);

@@ -45,7 +45,9 @@ function generateBody(bytes: number): string {
   };
   const fill = Math.max(0, bytes - JSON.stringify(skeleton).length);
   // Base64 text, as render's msgpack'd pixel tensors are.
-  const kwargs = Buffer.alloc(Math.ceil((fill * 3) / 4), 0x5a).toString('base64').slice(0, fill);
+  const kwargs = Buffer.alloc(Math.ceil((fill * 3) / 4), 0x5a)
+    .toString('base64')
+    .slice(0, fill);
   skeleton.features.kwargs_data.image[0] = kwargs;
   return JSON.stringify(skeleton);
 }
@@ -114,7 +116,10 @@ async function main(): Promise<void> {
     await new Promise((r) => setTimeout(r, 500));
     const idleRssKb = procStatusKb(pid, 'VmRSS');
 
-    for (const [label, bytes] of [['1mb', 1 * MB], ['20mb', 20 * MB]] as const) {
+    for (const [label, bytes] of [
+      ['1mb', 1 * MB],
+      ['20mb', 20 * MB],
+    ] as const) {
       const body = generateBody(bytes);
       const runs = label === '1mb' ? args.requests * 3 : args.requests;
       say(`${label}: ${Buffer.byteLength(body)} bytes, ${runs} requests per setup, interleaved`);
@@ -152,12 +157,18 @@ async function main(): Promise<void> {
         own_ratio_vs_parse_stringify: round3((added - legs.p50) / ps.p50),
         ...(peakKb !== undefined ? { idle_rss_mb: round3(idleRssKb / 1024), peak_rss_mb: round3(peakKb / 1024) } : {}),
       };
-      say(`${label}: direct p50 ${d.p50} ms, service p50 ${sv.p50} ms, added ${round3(added)} ms, parse+stringify p50 ${ps.p50} ms -> ratio ${round3(added / ps.p50)}`);
-      say(`${label}: of the added, side calls (render + prefill leg) p50 ${legs.p50} ms; the coordinator's own ${round3(added - legs.p50)} ms -> ratio ${round3((added - legs.p50) / ps.p50)}`);
+      say(
+        `${label}: direct p50 ${d.p50} ms, service p50 ${sv.p50} ms, added ${round3(added)} ms, parse+stringify p50 ${ps.p50} ms -> ratio ${round3(added / ps.p50)}`,
+      );
+      say(
+        `${label}: of the added, side calls (render + prefill leg) p50 ${legs.p50} ms; the coordinator's own ${round3(added - legs.p50)} ms -> ratio ${round3((added - legs.p50) / ps.p50)}`,
+      );
       if (peakKb !== undefined) {
         const over = ((peakKb - idleRssKb) * 1024) / Buffer.byteLength(body);
         (results[label] as Record<string, unknown>)['peak_rss_over_body'] = round3(over);
-        say(`${label}: coordinator idle RSS ${round3(idleRssKb / 1024)} MiB, peak ${round3(peakKb / 1024)} MiB -> growth/body ${round3(over)}`);
+        say(
+          `${label}: coordinator idle RSS ${round3(idleRssKb / 1024)} MiB, peak ${round3(peakKb / 1024)} MiB -> growth/body ${round3(over)}`,
+        );
       }
     }
   } finally {

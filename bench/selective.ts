@@ -205,7 +205,11 @@ async function main(): Promise<void> {
         body_mode: args.bodyMode,
         pipeline: 'render -> prefill -> decode (kv-nixl); "with": prefill min_prompt_tokens ' + args.minPromptTokens,
         request: `POST /v1/chat/completions, stream:true, one ${SHORT_PROMPT.split(' ').length}-word user message (below the threshold)`,
-        simulated_latency: { time_to_first_token_ms: args.ttftMs, inter_token_latency_ms: args.itlMs, applies_to: 'every simulator (prefill and decode alike); no simulated KV transfer cost' },
+        simulated_latency: {
+          time_to_first_token_ms: args.ttftMs,
+          inter_token_latency_ms: args.itlMs,
+          applies_to: 'every simulator (prefill and decode alike); no simulated KV transfer cost',
+        },
         cpu: 'utime+stime from /proc/<pid>/stat over the measured phase, per process, divided by the requests that stack served (USER_HZ resolution: 10 ms)',
         ttft: 'client side: request sent -> first read carrying SSE data',
         warmup: args.warmup,
@@ -221,8 +225,12 @@ async function main(): Promise<void> {
     const row = (name: string, t: Summary) =>
       `  ${name.padEnd(8)} ttft p50 ${t.p50.toFixed(3).padStart(9)} ms   p90 ${t.p90.toFixed(3).padStart(9)} ms   (n=${t.n})`;
     process.stdout.write(`\nselective disaggregation (${args.bodyMode}), short streaming prompts:\n`);
-    process.stdout.write(`${row('with', ttft.with)}   cpu ${cpu.with['total']} ms/request\n${row('without', ttft.without)}   cpu ${cpu.without['total']} ms/request\n`);
-    process.stdout.write(`  with/without: ttft p50 ${result.ratio_ttft_p50_with_over_without}x, cpu total ${result.ratio_cpu_total_with_over_without}x, coordinator cpu ${result.ratio_cpu_coordinator_with_over_without}x\n`);
+    process.stdout.write(
+      `${row('with', ttft.with)}   cpu ${cpu.with['total']} ms/request\n${row('without', ttft.without)}   cpu ${cpu.without['total']} ms/request\n`,
+    );
+    process.stdout.write(
+      `  with/without: ttft p50 ${result.ratio_ttft_p50_with_over_without}x, cpu total ${result.ratio_cpu_total_with_over_without}x, coordinator cpu ${result.ratio_cpu_coordinator_with_over_without}x\n`,
+    );
     process.stdout.write(`wrote ${args.out}${truncated ? ' (stopped early: --max-seconds reached)' : ''}\n`);
     if (runner.errors > 0) throw new Error(`${runner.errors} request(s) failed; first: ${runner.firstError}`);
     if (wrongPath > 0) throw new Error(`${wrongPath} request(s) did not take the expected path`);

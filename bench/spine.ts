@@ -69,7 +69,6 @@ class Runner {
   }
 }
 
-
 async function main(): Promise<void> {
   const args = parseArgs(process.argv.slice(2));
   const say = (msg: string) => process.stdout.write(`bench: ${msg}\n`);

@@ -84,9 +84,7 @@ export interface StoredResult {
   readonly json: string;
 }
 
-type Outcome =
-  | { statusCode: number; payload: string }
-  | { errorCode: string; errorMessage: string };
+type Outcome = { statusCode: number; payload: string } | { errorCode: string; errorMessage: string };
 
 const LOOPBACK = new Set(['127.0.0.1', '::1', '[::1]', 'localhost']);
 
@@ -308,10 +306,13 @@ export class TestAsyncProcessor {
         });
         res.on('error', () => undefined);
       });
-      const timer = setTimeout(() => {
-        timedOut = true;
-        req.destroy(new Error('deadline'));
-      }, Math.max(0, budget));
+      const timer = setTimeout(
+        () => {
+          timedOut = true;
+          req.destroy(new Error('deadline'));
+        },
+        Math.max(0, budget),
+      );
       req.on('error', (err) => {
         clearTimeout(timer);
         if (timedOut) resolve({ errorCode: 'DEADLINE_EXCEEDED', errorMessage: 'request deadline exceeded' });

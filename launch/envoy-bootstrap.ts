@@ -110,7 +110,8 @@ function checkPath(path: string, name = 'accessLogPath'): string {
   return path;
 }
 
-const PLAINTEXT_EXTPROC = '    # Plaintext h2c. For TLS or mTLS to the coordinator, render with --ext-proc-ca (and --ext-proc-client-cert/-key).';
+const PLAINTEXT_EXTPROC =
+  '    # Plaintext h2c. For TLS or mTLS to the coordinator, render with --ext-proc-ca (and --ext-proc-client-cert/-key).';
 
 /** The epd_coordinator cluster's upstream TLS context (ALPN h2: the coordinator speaks gRPC only). */
 function extProcTransportSocket(tls: ExtProcTlsOptions | undefined): string {
@@ -119,7 +120,8 @@ function extProcTransportSocket(tls: ExtProcTlsOptions | undefined): string {
     throw new EnvoyBootstrapError('extProcTls: expected both certFile and keyFile, or neither');
   }
   const name = tls.serverName ?? 'localhost';
-  if (!/^[A-Za-z0-9.-]{1,253}$/.test(name)) throw new EnvoyBootstrapError(`extProcTls.serverName: expected a DNS name, got ${JSON.stringify(name)}`);
+  if (!/^[A-Za-z0-9.-]{1,253}$/.test(name))
+    throw new EnvoyBootstrapError(`extProcTls.serverName: expected a DNS name, got ${JSON.stringify(name)}`);
   const lines = [
     '    transport_socket:',
     '      name: envoy.transport_sockets.tls',
@@ -147,11 +149,12 @@ function extProcStreamCap(cap: number | undefined): string {
   if (cap === undefined || cap === 0) {
     return '        # No max_requests_per_connection: one connection carries any number of ext_proc streams.';
   }
-  if (!Number.isInteger(cap) || cap < 0 || cap > 2 ** 32 - 1) throw new EnvoyBootstrapError(`extProcStreamCap: expected an integer >= 0, got ${String(cap)}`);
+  if (!Number.isInteger(cap) || cap < 0 || cap > 2 ** 32 - 1)
+    throw new EnvoyBootstrapError(`extProcStreamCap: expected an integer >= 0, got ${String(cap)}`);
   return [
     '        # Defence in depth only, not needed: Envoy resets every ext_proc stream when done with it, and',
     '        # the coordinator raises its HTTP/2 stream-reset budget (server.stream_reset_burst/rate) so that',
-    "        # a session is never closed for it; a stock Envoy cluster without this cap is safe. Rotating",
+    '        # a session is never closed for it; a stock Envoy cluster without this cap is safe. Rotating',
     "        # connections also spreads the streams over the coordinator's replicas.",
     '        common_http_protocol_options:',
     `          max_requests_per_connection: ${cap}`,
@@ -185,7 +188,11 @@ function placeholders(o: EnvoyBootstrapOptions): Record<string, string> {
     // FULL_DUPLEX_STREAMED requires trailers SEND; buffered mode does not need them.
     REQUEST_TRAILER_MODE: buffered ? 'SKIP' : 'SEND',
     PUBLIC_ROUTES: renderPublicRoutes('              ', String(buffered ? BUFFERED_BODY_LIMIT_BYTES : STREAMING_BODY_LIMIT_BYTES)),
-    ASYNC_ROUTES: renderPublicRoutes('              ', String(buffered ? BUFFERED_BODY_LIMIT_BYTES : STREAMING_BODY_LIMIT_BYTES), processorMatches()),
+    ASYNC_ROUTES: renderPublicRoutes(
+      '              ',
+      String(buffered ? BUFFERED_BODY_LIMIT_BYTES : STREAMING_BODY_LIMIT_BYTES),
+      processorMatches(),
+    ),
     ACCESS_LOG_PATH: checkPath(o.accessLogPath),
     EXTPROC_TRANSPORT_SOCKET: extProcTransportSocket(o.extProcTls),
     EXTPROC_STREAM_CAP: extProcStreamCap(o.extProcStreamCap),
@@ -240,23 +247,57 @@ function parseArgs(argv: string[]): { opts: Partial<EnvoyBootstrapOptions>; out?
       return v;
     };
     switch (flag) {
-      case '--write-defaults': writeDefaults = true; break;
-      case '--out': out = value(); break;
-      case '--buffered': opts.bodyMode = 'buffered'; break;
-      case '--public-port': opts.publicPort = Number(value()); break;
-      case '--gateway-port': opts.gatewayPort = Number(value()); break;
-      case '--admin-port': opts.adminPort = Number(value()); break;
-      case '--async-port': opts.asyncPort = Number(value()); break;
-      case '--ext-proc': opts.extProcAddress = value(); break;
-      case '--encode': opts.encodeAddress = value(); break;
-      case '--prefill': opts.prefillAddress = value(); break;
-      case '--decode': opts.decodeAddress = value(); break;
-      case '--access-log': opts.accessLogPath = value(); break;
-      case '--ext-proc-ca': tls.caFile = value(); break;
-      case '--ext-proc-client-cert': tls.certFile = value(); break;
-      case '--ext-proc-client-key': tls.keyFile = value(); break;
-      case '--ext-proc-sni': tls.serverName = value(); break;
-      case '--ext-proc-stream-cap': opts.extProcStreamCap = Number(value()); break;
+      case '--write-defaults':
+        writeDefaults = true;
+        break;
+      case '--out':
+        out = value();
+        break;
+      case '--buffered':
+        opts.bodyMode = 'buffered';
+        break;
+      case '--public-port':
+        opts.publicPort = Number(value());
+        break;
+      case '--gateway-port':
+        opts.gatewayPort = Number(value());
+        break;
+      case '--admin-port':
+        opts.adminPort = Number(value());
+        break;
+      case '--async-port':
+        opts.asyncPort = Number(value());
+        break;
+      case '--ext-proc':
+        opts.extProcAddress = value();
+        break;
+      case '--encode':
+        opts.encodeAddress = value();
+        break;
+      case '--prefill':
+        opts.prefillAddress = value();
+        break;
+      case '--decode':
+        opts.decodeAddress = value();
+        break;
+      case '--access-log':
+        opts.accessLogPath = value();
+        break;
+      case '--ext-proc-ca':
+        tls.caFile = value();
+        break;
+      case '--ext-proc-client-cert':
+        tls.certFile = value();
+        break;
+      case '--ext-proc-client-key':
+        tls.keyFile = value();
+        break;
+      case '--ext-proc-sni':
+        tls.serverName = value();
+        break;
+      case '--ext-proc-stream-cap':
+        opts.extProcStreamCap = Number(value());
+        break;
       case '-h':
       case '--help':
         process.stdout.write(USAGE + '\n');
@@ -266,7 +307,8 @@ function parseArgs(argv: string[]): { opts: Partial<EnvoyBootstrapOptions>; out?
     }
   }
   if (tls.caFile !== undefined) opts.extProcTls = { ...tls, caFile: tls.caFile };
-  else if (Object.keys(tls).length > 0) throw new EnvoyBootstrapError('--ext-proc-client-cert, --ext-proc-client-key and --ext-proc-sni need --ext-proc-ca');
+  else if (Object.keys(tls).length > 0)
+    throw new EnvoyBootstrapError('--ext-proc-client-cert, --ext-proc-client-key and --ext-proc-sni need --ext-proc-ca');
   return { opts, out, writeDefaults };
 }
 

@@ -12,7 +12,14 @@ import yaml from 'js-yaml';
 import { ensureEnvoy } from './envoy';
 import { canBind, freePort, isListening, waitUntil } from './ports';
 import { REPO_ROOT } from './envoy-bootstrap';
-import { readinessGate, renderEndpointsFile, writeTopology, type ReadinessState, type WorkerEndpoint, type WorkerRole } from './epp-topology';
+import {
+  readinessGate,
+  renderEndpointsFile,
+  writeTopology,
+  type ReadinessState,
+  type WorkerEndpoint,
+  type WorkerRole,
+} from './epp-topology';
 import { startChild, stopAll, type Child } from './supervise';
 
 /** The model every worker serves (llm-d-inference-sim checks it; our sim accepts any). */
@@ -138,7 +145,8 @@ export function eppStackCoordinatorConfig(o: {
   logLevel: number;
 }): string {
   const steps: unknown[] = [];
-  if (o.ports.redis) steps.push({ type: 'async-broker', params: { redis_url: `redis://127.0.0.1:${o.ports.redis}/0`, wait_cap_seconds: 55 } });
+  if (o.ports.redis)
+    steps.push({ type: 'async-broker', params: { redis_url: `redis://127.0.0.1:${o.ports.redis}/0`, wait_cap_seconds: 55 } });
   steps.push(
     { type: 'replace-media-urls', params: { download_timeout: '30s', max_concurrent_downloads: 10 } },
     { type: 'render', params: { address: `http://127.0.0.1:${o.ports.render}`, timeout: '60s' } },
@@ -149,7 +157,13 @@ export function eppStackCoordinatorConfig(o: {
   );
   const doc = {
     log_level: o.logLevel,
-    server: { listen_addr: `127.0.0.1:${o.ports.extProc}`, max_request_body_size: 64, body_mode: 'auto', metrics_addr: `127.0.0.1:${o.ports.metrics}`, shutdown_timeout: '1s' },
+    server: {
+      listen_addr: `127.0.0.1:${o.ports.extProc}`,
+      max_request_body_size: 64,
+      body_mode: 'auto',
+      metrics_addr: `127.0.0.1:${o.ports.metrics}`,
+      shutdown_timeout: '1s',
+    },
     gateway: { address: `http://127.0.0.1:${o.ports.gateway}`, timeout: '60s' },
     pipeline: { kv_connector: 'kv-nixl', ec_connector: 'ec-nixl', use_openai_format: o.useOpenaiFormat, steps },
   };
@@ -157,7 +171,14 @@ export function eppStackCoordinatorConfig(o: {
 }
 
 function simArgv(role: WorkerRole | 'render', port: number, extra: readonly string[]): string[] {
-  const common = [`--model=${EPP_STACK_MODEL}`, '--force-dummy-tokenizer', '--max-model-len=131072', '--max-request-body-size-mb=64', `--port=${port}`, '--seed=42'];
+  const common = [
+    `--model=${EPP_STACK_MODEL}`,
+    '--force-dummy-tokenizer',
+    '--max-model-len=131072',
+    '--max-request-body-size-mb=64',
+    `--port=${port}`,
+    '--seed=42',
+  ];
   if (role === 'render') return [...common, '--mode=echo'];
   const logged = [...common, '--log-http', '--enable-request-id-headers', ...extra];
   if (role === 'encode') return [...logged, '--mm-encoder-only', '--no-enable-prefix-caching'];
@@ -191,19 +212,36 @@ export async function startEppStack(opts: EppStackOptions): Promise<EppStack> {
     await coordinator?.stop(3000);
     await stopAll([...children].reverse(), 3000);
   };
-  const start = async (name: string, spec: { command: string; args: string[]; env?: NodeJS.ProcessEnv; ready?: RegExp; readyTimeoutMs?: number }): Promise<Child> => {
+  const start = async (
+    name: string,
+    spec: { command: string; args: string[]; env?: NodeJS.ProcessEnv; ready?: RegExp; readyTimeoutMs?: number },
+  ): Promise<Child> => {
     const logPath = join(dir, `${name}.log`);
     logs[name] = logPath;
-    const child = await startChild({ name, cwd: REPO_ROOT, logPath, ready: spec.ready ?? FIRST_LINE, command: spec.command, args: spec.args, env: spec.env, readyTimeoutMs: spec.readyTimeoutMs });
+    const child = await startChild({
+      name,
+      cwd: REPO_ROOT,
+      logPath,
+      ready: spec.ready ?? FIRST_LINE,
+      command: spec.command,
+      args: spec.args,
+      env: spec.env,
+      readyTimeoutMs: spec.readyTimeoutMs,
+    });
     return child;
   };
-  const tsx = (entry: string, args: string[]) => ({ command: process.execPath, args: ['--import', 'tsx', join(REPO_ROOT, entry), ...args] });
+  const tsx = (entry: string, args: string[]) => ({
+    command: process.execPath,
+    args: ['--import', 'tsx', join(REPO_ROOT, entry), ...args],
+  });
 
   try {
     // Workers and the render service.
     const counts: Partial<Record<WorkerRole, number>> = {};
     const endpoints: WorkerEndpoint[] = [];
-    const workers: Array<{ name: string; role: WorkerRole | 'render'; port: number }> = [{ name: 'sim-render-0', role: 'render', port: ports.render }];
+    const workers: Array<{ name: string; role: WorkerRole | 'render'; port: number }> = [
+      { name: 'sim-render-0', role: 'render', port: ports.render },
+    ];
     for (const w of ports.workers) {
       const i = counts[w.role] ?? 0;
       counts[w.role] = i + 1;
@@ -215,14 +253,22 @@ export async function startEppStack(opts: EppStackOptions): Promise<EppStack> {
       const env = { ...process.env, POD_NAME: w.name, POD_NAMESPACE: 'local', GOMAXPROCS: '1', PYTHONHASHSEED: '42' };
       const spec = opts.simBin
         ? { command: opts.simBin, args: simArgv(w.role, w.port, opts.simArgs ?? []), env }
-        : { ...tsx('sim/cli.ts', ['--port', String(w.port), '--name', w.name, '--role', w.role, '--mode', 'echo']), ready: /^sim \S+ listening on / };
+        : {
+            ...tsx('sim/cli.ts', ['--port', String(w.port), '--name', w.name, '--role', w.role, '--mode', 'echo']),
+            ready: /^sim \S+ listening on /,
+          };
       const child = await start(w.name, spec);
       children.push(child);
       // llm-d-inference-sim exits 0 on a bad flag: supervise by /health, not by exit status.
-      await waitUntil(async () => {
-        if (!child.isRunning()) throw new Error(`${w.name} exited during start-up; see ${logs[w.name]}`);
-        return httpOk(`http://127.0.0.1:${w.port}/health`);
-      }, `${w.name} /health`, 30_000, 100);
+      await waitUntil(
+        async () => {
+          if (!child.isRunning()) throw new Error(`${w.name} exited during start-up; see ${logs[w.name]}`);
+          return httpOk(`http://127.0.0.1:${w.port}/health`);
+        },
+        `${w.name} /health`,
+        30_000,
+        100,
+      );
       say(`${w.name} on 127.0.0.1:${w.port}${opts.simBin ? ' (llm-d-inference-sim)' : ''}`);
     }
 
@@ -245,18 +291,39 @@ export async function startEppStack(opts: EppStackOptions): Promise<EppStack> {
     const epp = await start('epp', {
       command: opts.eppBin,
       args: [
-        '--pool-name', 'local-epd', '--pool-namespace', 'local', '--config-file', files.eppConfigPath,
-        '--grpc-port', String(ports.eppGrpc), '--grpc-health-port', String(ports.eppHealth), '--metrics-port', String(ports.eppMetrics),
-        '--secure-serving=false', '--tracing=false', '--enable-pprof=false', '--allow-experimental-plugins=true',
-        '--metrics-endpoint-auth=false', '--refresh-metrics-interval=250ms', '--v=2',
+        '--pool-name',
+        'local-epd',
+        '--pool-namespace',
+        'local',
+        '--config-file',
+        files.eppConfigPath,
+        '--grpc-port',
+        String(ports.eppGrpc),
+        '--grpc-health-port',
+        String(ports.eppHealth),
+        '--metrics-port',
+        String(ports.eppMetrics),
+        '--secure-serving=false',
+        '--tracing=false',
+        '--enable-pprof=false',
+        '--allow-experimental-plugins=true',
+        '--metrics-endpoint-auth=false',
+        '--refresh-metrics-interval=250ms',
+        '--v=2',
       ],
       env: { ...process.env, GOMAXPROCS: '1' },
     });
     children.push(epp);
-    await waitUntil(async () => {
-      if (!epp.isRunning()) throw new Error(`the EPP exited during start-up; see ${logs['epp']}:\n${readFileSync(logs['epp']!, 'utf8').slice(-2000)}`);
-      return isListening(ports.eppGrpc, 200);
-    }, 'the EPP ext_proc port', 30_000, 100);
+    await waitUntil(
+      async () => {
+        if (!epp.isRunning())
+          throw new Error(`the EPP exited during start-up; see ${logs['epp']}:\n${readFileSync(logs['epp']!, 'utf8').slice(-2000)}`);
+        return isListening(ports.eppGrpc, 200);
+      },
+      'the EPP ext_proc port',
+      30_000,
+      100,
+    );
     say(`epp on 127.0.0.1:${ports.eppGrpc} (metrics :${ports.eppMetrics}, config ${files.eppConfigPath})`);
 
     if (ports.redis) {
@@ -265,7 +332,20 @@ export async function startEppStack(opts: EppStackOptions): Promise<EppStack> {
       children.push(
         await start('redis', {
           command: process.env['REDIS_SERVER_BIN'] ?? 'redis-server',
-          args: ['--port', String(ports.redis), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--dir', redisDir, '--notify-keyspace-events', 'Kl'],
+          args: [
+            '--port',
+            String(ports.redis),
+            '--bind',
+            '127.0.0.1',
+            '--save',
+            '',
+            '--appendonly',
+            'no',
+            '--dir',
+            redisDir,
+            '--notify-keyspace-events',
+            'Kl',
+          ],
           ready: /Ready to accept connections/,
         }),
       );
@@ -276,7 +356,10 @@ export async function startEppStack(opts: EppStackOptions): Promise<EppStack> {
     const coordinatorConfigPath = join(dir, 'coordinator.yaml');
     const startCoordinator = async (): Promise<Child> => {
       writeFileSync(coordinatorConfigPath, eppStackCoordinatorConfig({ ports, ...pipeline, logLevel: opts.logLevel ?? 2 }));
-      const c = await start('epd-coordinator', { ...tsx('src/main.ts', ['--config', coordinatorConfigPath]), ready: /"msg":"epd-coordinator listening"/ });
+      const c = await start('epd-coordinator', {
+        ...tsx('src/main.ts', ['--config', coordinatorConfigPath]),
+        ready: /"msg":"epd-coordinator listening"/,
+      });
       say(`epd-coordinator on 127.0.0.1:${ports.extProc} (config ${coordinatorConfigPath})`);
       return c;
     };
@@ -284,7 +367,21 @@ export async function startEppStack(opts: EppStackOptions): Promise<EppStack> {
 
     envoy = await start('envoy', {
       command: ensureEnvoy(),
-      args: ['-c', files.envoyConfigPath, '--concurrency', '1', '--disable-hot-restart', '--log-level', 'info', '--file-flush-interval-msec', '200', '--drain-time-s', '1', '--drain-strategy', 'immediate'],
+      args: [
+        '-c',
+        files.envoyConfigPath,
+        '--concurrency',
+        '1',
+        '--disable-hot-restart',
+        '--log-level',
+        'info',
+        '--file-flush-interval-msec',
+        '200',
+        '--drain-time-s',
+        '1',
+        '--drain-strategy',
+        'immediate',
+      ],
       ready: /starting main dispatch loop/,
     });
     say(`envoy on 127.0.0.1:${ports.public} (gateway ${ports.gateway}, admin ${ports.admin})`);
@@ -292,32 +389,61 @@ export async function startEppStack(opts: EppStackOptions): Promise<EppStack> {
     if (opts.asyncBin && ports.redis) {
       // llm-d-async starts only with a kubeconfig file; any valid one will do (it never dials it here).
       const kubeconfig = join(dir, 'kubeconfig.yaml');
-      writeFileSync(kubeconfig, yaml.dump({
-        apiVersion: 'v1', kind: 'Config', 'current-context': 'none',
-        clusters: [{ name: 'none', cluster: { server: 'https://127.0.0.1:1' } }],
-        contexts: [{ name: 'none', context: { cluster: 'none', user: 'none' } }],
-        users: [{ name: 'none', user: {} }],
-      }));
+      writeFileSync(
+        kubeconfig,
+        yaml.dump({
+          apiVersion: 'v1',
+          kind: 'Config',
+          'current-context': 'none',
+          clusters: [{ name: 'none', cluster: { server: 'https://127.0.0.1:1' } }],
+          contexts: [{ name: 'none', context: { cluster: 'none', user: 'none' } }],
+          users: [{ name: 'none', user: {} }],
+        }),
+      );
       const transport = {
         url: `redis://127.0.0.1:${ports.redis}/0`,
         // Its own Envoy entry: there the fairness id and objective it stamps are trusted (docs/hardening.md).
-        queues: [{ queue_name: 'request-sortedset', igw_base_url: `http://127.0.0.1:${ports.asyncEntry ?? ports.public}`, result_ttl_seconds: 300 }],
+        queues: [
+          {
+            queue_name: 'request-sortedset',
+            igw_base_url: `http://127.0.0.1:${ports.asyncEntry ?? ports.public}`,
+            result_ttl_seconds: 300,
+          },
+        ],
       };
       const ap = await start('llm-d-async', {
         command: opts.asyncBin,
         args: [
-          '--transport', 'redis-sortedset', '--transport-config', JSON.stringify(transport),
-          '--health-port', String(ports.asyncHealth ?? 0), '--metrics-port', String(ports.asyncMetrics ?? 0),
-          '--metrics-endpoint-auth=false', '--metrics-backlog-poll-interval', '0', '--concurrency', '8',
+          '--transport',
+          'redis-sortedset',
+          '--transport-config',
+          JSON.stringify(transport),
+          '--health-port',
+          String(ports.asyncHealth ?? 0),
+          '--metrics-port',
+          String(ports.asyncMetrics ?? 0),
+          '--metrics-endpoint-auth=false',
+          '--metrics-backlog-poll-interval',
+          '0',
+          '--concurrency',
+          '8',
         ],
         env: { ...process.env, KUBECONFIG: kubeconfig, GOMAXPROCS: '1' },
       });
       children.push(ap);
       if (ports.asyncHealth) {
-        await waitUntil(async () => {
-          if (!ap.isRunning()) throw new Error(`llm-d-async exited during start-up; see ${logs['llm-d-async']}:\n${readFileSync(logs['llm-d-async']!, 'utf8').slice(-2000)}`);
-          return isListening(ports.asyncHealth!, 200);
-        }, 'llm-d-async health port', 30_000, 100);
+        await waitUntil(
+          async () => {
+            if (!ap.isRunning())
+              throw new Error(
+                `llm-d-async exited during start-up; see ${logs['llm-d-async']}:\n${readFileSync(logs['llm-d-async']!, 'utf8').slice(-2000)}`,
+              );
+            return isListening(ports.asyncHealth!, 200);
+          },
+          'llm-d-async health port',
+          30_000,
+          100,
+        );
       }
       say(`llm-d-async dispatching request-sortedset to http://127.0.0.1:${ports.asyncEntry ?? ports.public}`);
     }
@@ -327,7 +453,12 @@ export async function startEppStack(opts: EppStackOptions): Promise<EppStack> {
     let current: readonly WorkerEndpoint[] = endpoints;
     const readiness = () => readinessGate({ adminUrl, eppMetricsUrl, expectedEndpoints: current.length });
     let last: ReadinessState | undefined;
-    await waitUntil(async () => (last = await readiness()).ready, `the readiness gate (last: ${JSON.stringify(last)})`, opts.readyTimeoutMs ?? 60_000, 250).catch((err: Error) => {
+    await waitUntil(
+      async () => (last = await readiness()).ready,
+      `the readiness gate (last: ${JSON.stringify(last)})`,
+      opts.readyTimeoutMs ?? 60_000,
+      250,
+    ).catch((err: Error) => {
       throw new Error(`${err.message}; last state ${JSON.stringify(last)}`);
     });
     say(`ready: envoy /ready 200, llm_d_epp_ready_endpoints = ${current.length}`);
@@ -382,8 +513,13 @@ export async function runEppStackCommand(bins: { epp: string; sim?: string; asyn
   const say = (msg: string) => process.stdout.write(`stack: ${msg}\n`);
   const dir = join(REPO_ROOT, '.stack-epp');
   rmSync(dir, { recursive: true, force: true });
-  const ports: EppStackPorts = bins.async ? { ...EPP_STACK_PORTS, redis: 6380, asyncEntry: 8084, asyncHealth: 8083, asyncMetrics: 9091 } : EPP_STACK_PORTS;
-  const planned = [...Object.entries(ports).filter((e): e is [string, number] => typeof e[1] === 'number'), ...ports.workers.map((w, i) => [`${w.role}-${i}`, w.port] as [string, number])];
+  const ports: EppStackPorts = bins.async
+    ? { ...EPP_STACK_PORTS, redis: 6380, asyncEntry: 8084, asyncHealth: 8083, asyncMetrics: 9091 }
+    : EPP_STACK_PORTS;
+  const planned = [
+    ...Object.entries(ports).filter((e): e is [string, number] => typeof e[1] === 'number'),
+    ...ports.workers.map((w, i) => [`${w.role}-${i}`, w.port] as [string, number]),
+  ];
   const busy: string[] = [];
   for (const [role, port] of planned) if (!(await canBind(port))) busy.push(`${port} (${role})`);
   if (busy.length > 0) {

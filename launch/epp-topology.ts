@@ -108,11 +108,13 @@ export function renderEndpointsFile(endpoints: readonly WorkerEndpoint[]): strin
     if (seen.has(e.name)) throw new TopologyError(`endpoint name ${e.name} appears twice`);
     seen.add(e.name);
     if (!WORKER_ROLES.includes(e.role)) throw new TopologyError(`endpoint ${e.name}: role must be one of ${WORKER_ROLES.join(', ')}`);
-    if (!isIPv4(e.address)) throw new TopologyError(`endpoint ${e.name}: address must be an IPv4 literal, got ${JSON.stringify(e.address)}`);
+    if (!isIPv4(e.address))
+      throw new TopologyError(`endpoint ${e.name}: address must be an IPv4 literal, got ${JSON.stringify(e.address)}`);
     checkPort(`endpoint ${e.name}`, e.port);
     const labels: Record<string, string> = {};
     for (const [k, v] of Object.entries(e.labels ?? {})) {
-      if (!LABEL_KEY.test(k) || !LABEL_VALUE.test(v)) throw new TopologyError(`endpoint ${e.name}: bad label ${JSON.stringify(k)}=${JSON.stringify(v)}`);
+      if (!LABEL_KEY.test(k) || !LABEL_VALUE.test(v))
+        throw new TopologyError(`endpoint ${e.name}: bad label ${JSON.stringify(k)}=${JSON.stringify(v)}`);
       if (k === ROLE_LABEL) throw new TopologyError(`endpoint ${e.name}: ${ROLE_LABEL} comes from role, not labels`);
       labels[k] = v;
     }
@@ -135,7 +137,9 @@ export function renderEppConfig(opts: EppConfigOptions): string {
     {
       type: 'label-selector-filter',
       name: 'decode-filter',
-      parameters: { matchExpressions: [{ key: ROLE_LABEL, operator: 'In', values: ['decode', 'prefill-decode', 'both', 'encode-prefill-decode'] }] },
+      parameters: {
+        matchExpressions: [{ key: ROLE_LABEL, operator: 'In', values: ['decode', 'prefill-decode', 'both', 'encode-prefill-decode'] }],
+      },
     },
     { type: 'queue-scorer' },
     // blockSizeTokens below 64 is raised to 64 by the EPP (with a warning); say so up front.
@@ -143,7 +147,10 @@ export function renderEppConfig(opts: EppConfigOptions): string {
     { type: 'max-score-picker' },
     // Runs the one profile the epp-profile header names (missing: decode; unknown: 429).
     { type: 'header-profile-handler', parameters: { headerName: 'epp-profile', defaultProfile: 'decode' } },
-    { type: 'file-discovery', parameters: { path: checkFilePath('endpointsPath', opts.endpointsPath), watchFile: opts.watchFile ?? false } },
+    {
+      type: 'file-discovery',
+      parameters: { path: checkFilePath('endpointsPath', opts.endpointsPath), watchFile: opts.watchFile ?? false },
+    },
   ];
   const doc = {
     apiVersion: 'llm-d.ai/v1alpha1',
@@ -152,7 +159,10 @@ export function renderEppConfig(opts: EppConfigOptions): string {
     requestHandler: { parsers: [{ pluginRef: 'openai-parser' }, { pluginRef: 'vllmhttp-parser' }] },
     schedulingProfiles: [
       { name: 'encode', plugins: [{ pluginRef: 'encode-filter' }, { pluginRef: 'max-score-picker' }] },
-      { name: 'prefill', plugins: [{ pluginRef: 'prefill-filter' }, { pluginRef: 'queue-scorer', weight: 1 }, { pluginRef: 'max-score-picker' }] },
+      {
+        name: 'prefill',
+        plugins: [{ pluginRef: 'prefill-filter' }, { pluginRef: 'queue-scorer', weight: 1 }, { pluginRef: 'max-score-picker' }],
+      },
       {
         name: 'decode',
         plugins: [
@@ -270,7 +280,10 @@ function staticCluster(name: string, address: { host: string; port: number }, ex
     name,
     type: 'STATIC',
     connect_timeout: '1s',
-    load_assignment: { cluster_name: name, endpoints: [{ lb_endpoints: [{ endpoint: { address: { socket_address: { address: address.host, port_value: address.port } } } }] }] },
+    load_assignment: {
+      cluster_name: name,
+      endpoints: [{ lb_endpoints: [{ endpoint: { address: { socket_address: { address: address.host, port_value: address.port } } } }] }],
+    },
     ...extra,
   };
 }
@@ -316,7 +329,9 @@ export function renderEnvoyConfig(o: EnvoyConfigOptions): string {
                 typed_config: {
                   '@type': 'type.googleapis.com/envoy.extensions.filters.http.header_mutation.v3.HeaderMutation',
                   mutations: {
-                    request_mutations: ['epp-profile', ROUTING_HEADER, 'x-llm-d-pin-host-port', 'x-prefiller-host-port', 'prefer'].map((h) => ({ remove: h })),
+                    request_mutations: ['epp-profile', ROUTING_HEADER, 'x-llm-d-pin-host-port', 'x-prefiller-host-port', 'prefer'].map(
+                      (h) => ({ remove: h }),
+                    ),
                   },
                 },
               },
@@ -355,11 +370,16 @@ export function renderEnvoyConfig(o: EnvoyConfigOptions): string {
                   // allowed paths go on; anything else (a worker's /metrics, /sleep, /admin/*,
                   // */render, ...) is Envoy's own 404, before either ext_proc filter.
                   routes: [
-                    ...(name === 'async' ? processorMatches() : allowedMatches()).map((match) => ({ match, route: { cluster: ORIGINAL_DST, timeout: '0s' } })),
+                    ...(name === 'async' ? processorMatches() : allowedMatches()).map((match) => ({
+                      match,
+                      route: { cluster: ORIGINAL_DST, timeout: '0s' },
+                    })),
                     {
                       match: { prefix: '/' },
                       direct_response: { status: REFUSED_PATH_STATUS, body: { inline_string: REFUSED_PATH_BODY } },
-                      response_headers_to_add: [{ header: { key: 'content-type', value: 'application/json' }, append_action: 'OVERWRITE_IF_EXISTS_OR_ADD' }],
+                      response_headers_to_add: [
+                        { header: { key: 'content-type', value: 'application/json' }, append_action: 'OVERWRITE_IF_EXISTS_OR_ADD' },
+                      ],
                       typed_per_filter_config: { [COORDINATOR_FILTER]: DISABLED, [EPP_FILTER]: DISABLED },
                     },
                   ],
@@ -390,10 +410,16 @@ export function renderEnvoyConfig(o: EnvoyConfigOptions): string {
                   name: 'gateway',
                   domains: ['*'],
                   routes: [
-                    { match: { prefix: '/', headers: [{ name: 'epp-profile', present_match: true }] }, route: { cluster: ORIGINAL_DST, timeout: '0s' } },
+                    {
+                      match: { prefix: '/', headers: [{ name: 'epp-profile', present_match: true }] },
+                      route: { cluster: ORIGINAL_DST, timeout: '0s' },
+                    },
                     {
                       match: { prefix: '/' },
-                      direct_response: { status: 400, body: { inline_string: 'missing epp-profile header (expected encode, prefill or decode)\n' } },
+                      direct_response: {
+                        status: 400,
+                        body: { inline_string: 'missing epp-profile header (expected encode, prefill or decode)\n' },
+                      },
                       typed_per_filter_config: { [EPP_FILTER]: DISABLED },
                     },
                   ],
@@ -456,9 +482,16 @@ export interface TopologyOptions {
 export function writeTopology(dir: string, opts: TopologyOptions): TopologyFiles {
   const abs = resolve(dir);
   mkdirSync(abs, { recursive: true });
-  const files = { endpointsPath: join(abs, 'endpoints.yaml'), eppConfigPath: join(abs, 'epp.yaml'), envoyConfigPath: join(abs, 'envoy.yaml') };
+  const files = {
+    endpointsPath: join(abs, 'endpoints.yaml'),
+    eppConfigPath: join(abs, 'epp.yaml'),
+    envoyConfigPath: join(abs, 'envoy.yaml'),
+  };
   writeFileSync(files.endpointsPath, renderEndpointsFile(opts.endpoints));
-  writeFileSync(files.eppConfigPath, renderEppConfig({ endpointsPath: files.endpointsPath, watchFile: opts.watchFile, prefixCache: opts.prefixCache }));
+  writeFileSync(
+    files.eppConfigPath,
+    renderEppConfig({ endpointsPath: files.endpointsPath, watchFile: opts.watchFile, prefixCache: opts.prefixCache }),
+  );
   writeFileSync(files.envoyConfigPath, renderEnvoyConfig({ accessLogPath: join(abs, 'access.log'), ...opts.envoy }));
   return files;
 }
@@ -502,11 +535,27 @@ export interface ReadinessState {
  * The job's readiness gate: Envoy admin `/ready` is 200 and the EPP's `llm_d_epp_ready_endpoints`
  * (endpoints whose metrics it scraped recently) counts every endpoint in the file.
  */
-export async function readinessGate(opts: { adminUrl: string; eppMetricsUrl: string; expectedEndpoints: number; timeoutMs?: number }): Promise<ReadinessState> {
+export async function readinessGate(opts: {
+  adminUrl: string;
+  eppMetricsUrl: string;
+  expectedEndpoints: number;
+  timeoutMs?: number;
+}): Promise<ReadinessState> {
   const t = opts.timeoutMs ?? 2000;
-  const envoyReady = await get(`${opts.adminUrl}/ready`, t).then((r) => r.status === 200, () => false);
-  const readyEndpoints = await get(opts.eppMetricsUrl, t).then((r) => (r.status === 200 ? readyEndpointsGauge(r.body) : undefined), () => undefined);
-  return { ready: envoyReady && readyEndpoints === opts.expectedEndpoints, envoyReady, readyEndpoints, expectedEndpoints: opts.expectedEndpoints };
+  const envoyReady = await get(`${opts.adminUrl}/ready`, t).then(
+    (r) => r.status === 200,
+    () => false,
+  );
+  const readyEndpoints = await get(opts.eppMetricsUrl, t).then(
+    (r) => (r.status === 200 ? readyEndpointsGauge(r.body) : undefined),
+    () => undefined,
+  );
+  return {
+    ready: envoyReady && readyEndpoints === opts.expectedEndpoints,
+    envoyReady,
+    readyEndpoints,
+    expectedEndpoints: opts.expectedEndpoints,
+  };
 }
 
 const USAGE = `usage: npx tsx launch/epp-topology.ts --out DIR [options]
@@ -541,7 +590,9 @@ export function parseCliArgs(argv: readonly string[]): { dir: string; opts: Topo
       return v;
     };
     switch (flag) {
-      case '--out': dir = value(); break;
+      case '--out':
+        dir = value();
+        break;
       case '--encode':
       case '--prefill':
       case '--decode': {
@@ -552,15 +603,33 @@ export function parseCliArgs(argv: readonly string[]): { dir: string; opts: Topo
         endpoints.push({ name: v.slice(0, eq), role: flag.slice(2) as WorkerRole, address: hp.host, port: hp.port });
         break;
       }
-      case '--public': pub = hostPort(flag, value()); break;
-      case '--gateway-port': envoy.gatewayPort = Number(value()); break;
-      case '--admin-port': envoy.adminPort = Number(value()); break;
-      case '--async-port': asyncPort = Number(value()); break;
-      case '--coordinator': envoy.coordinatorAddress = value(); break;
-      case '--epp': envoy.eppAddress = value(); break;
-      case '--access-log': accessLogPath = value(); break;
-      case '--watch-file': watchFile = true; break;
-      case '--no-prefix-cache': prefixCache = false; break;
+      case '--public':
+        pub = hostPort(flag, value());
+        break;
+      case '--gateway-port':
+        envoy.gatewayPort = Number(value());
+        break;
+      case '--admin-port':
+        envoy.adminPort = Number(value());
+        break;
+      case '--async-port':
+        asyncPort = Number(value());
+        break;
+      case '--coordinator':
+        envoy.coordinatorAddress = value();
+        break;
+      case '--epp':
+        envoy.eppAddress = value();
+        break;
+      case '--access-log':
+        accessLogPath = value();
+        break;
+      case '--watch-file':
+        watchFile = true;
+        break;
+      case '--no-prefix-cache':
+        prefixCache = false;
+        break;
       default:
         throw new TopologyError(`unknown argument ${flag}\n${USAGE}`);
     }
@@ -569,7 +638,18 @@ export function parseCliArgs(argv: readonly string[]): { dir: string; opts: Topo
   if (endpoints.length === 0) throw new TopologyError(`name at least one worker (--encode/--prefill/--decode)\n${USAGE}`);
   return {
     dir,
-    opts: { endpoints, watchFile, prefixCache, envoy: { ...envoy, publicAddress: pub.host, publicPort: pub.port, ...(accessLogPath ? { accessLogPath } : {}), ...(asyncPort !== undefined ? { asyncPort } : {}) } },
+    opts: {
+      endpoints,
+      watchFile,
+      prefixCache,
+      envoy: {
+        ...envoy,
+        publicAddress: pub.host,
+        publicPort: pub.port,
+        ...(accessLogPath ? { accessLogPath } : {}),
+        ...(asyncPort !== undefined ? { asyncPort } : {}),
+      },
+    },
   };
 }
 

@@ -134,7 +134,15 @@ const STACK_IMAGE_URI =
 /** The multimodal request `npm run stack` prints and the README shows (a test keeps them equal). */
 export const STACK_IMAGE_REQUEST = JSON.stringify({
   model: 'sim-model',
-  messages: [{ role: 'user', content: [{ type: 'text', text: 'What is in this image?' }, { type: 'image_url', image_url: { url: STACK_IMAGE_URI } }] }],
+  messages: [
+    {
+      role: 'user',
+      content: [
+        { type: 'text', text: 'What is in this image?' },
+        { type: 'image_url', image_url: { url: STACK_IMAGE_URI } },
+      ],
+    },
+  ],
 });
 
 /**
@@ -161,7 +169,9 @@ export function stackSteps(opts: {
   ];
 }
 
-export function coordinatorConfig(opts: Pick<LocalStackOptions, 'ports' | 'kvConnector' | 'logLevel' | 'conditionalDecode' | 'multimodal' | 'prefillParams'>): string {
+export function coordinatorConfig(
+  opts: Pick<LocalStackOptions, 'ports' | 'kvConnector' | 'logLevel' | 'conditionalDecode' | 'multimodal' | 'prefillParams'>,
+): string {
   const doc = {
     log_level: opts.logLevel ?? 2,
     server: {
@@ -224,10 +234,19 @@ export async function startLocalStack(opts: LocalStackOptions): Promise<LocalSta
       const name = `sim-${role}-0`;
       // The decode pool answers `Prefer: if-available` as the EPP would (sim/prefix-cache.ts).
       const gate = role === 'decode' ? ['--honour-prefer-if-available', 'true'] : [];
-      const cmd = tsNode('sim/cli.ts', ['--port', String(port), '--name', name, '--role', role, '--mode', 'echo', ...gate, ...(opts.simArgs ?? [])]);
-      children.push(
-        await startChild({ name, ...cmd, cwd: REPO_ROOT, logPath: join(dir, `${name}.log`), ready: /^sim \S+ listening on / }),
-      );
+      const cmd = tsNode('sim/cli.ts', [
+        '--port',
+        String(port),
+        '--name',
+        name,
+        '--role',
+        role,
+        '--mode',
+        'echo',
+        ...gate,
+        ...(opts.simArgs ?? []),
+      ]);
+      children.push(await startChild({ name, ...cmd, cwd: REPO_ROOT, logPath: join(dir, `${name}.log`), ready: /^sim \S+ listening on / }));
       say(`${name} on 127.0.0.1:${port}`);
     }
 
@@ -239,7 +258,20 @@ export async function startLocalStack(opts: LocalStackOptions): Promise<LocalSta
           name: 'redis',
           command: process.env['REDIS_SERVER_BIN'] ?? 'redis-server',
           // Loopback only, no persistence; keyspace notifications wake waiting requests.
-          args: ['--port', String(ports.redis), '--bind', '127.0.0.1', '--save', '', '--appendonly', 'no', '--dir', redisDir, '--notify-keyspace-events', 'Kl'],
+          args: [
+            '--port',
+            String(ports.redis),
+            '--bind',
+            '127.0.0.1',
+            '--save',
+            '',
+            '--appendonly',
+            'no',
+            '--dir',
+            redisDir,
+            '--notify-keyspace-events',
+            'Kl',
+          ],
           cwd: REPO_ROOT,
           logPath: join(dir, 'redis.log'),
           ready: /Ready to accept connections/,
@@ -290,7 +322,13 @@ export async function startLocalStack(opts: LocalStackOptions): Promise<LocalSta
       // The processor's own entry: there its stamped fairness id and objective are trusted (docs/hardening.md).
       const ap = tsNode('scripts/async-processor.ts', ['--redis-url', `redis://127.0.0.1:${ports.redis}/0`, '--igw', envoy.asyncUrl]);
       children.push(
-        await startChild({ name: 'async-processor', ...ap, cwd: REPO_ROOT, logPath: join(dir, 'async-processor.log'), ready: /^async-processor dispatching/ }),
+        await startChild({
+          name: 'async-processor',
+          ...ap,
+          cwd: REPO_ROOT,
+          logPath: join(dir, 'async-processor.log'),
+          ready: /^async-processor dispatching/,
+        }),
       );
       say(`async processor dispatching to ${envoy.asyncUrl} (its own Envoy entry)`);
     }

@@ -94,11 +94,19 @@ export function processorMatches(): Array<{ path: string }> {
 }
 
 /** The public virtual host's routes (or another allow-list's), as YAML lines indented for envoy.template.yaml. */
-export function renderPublicRoutes(indent: string, bodyBufferLimit: string, matches: ReadonlyArray<{ path: string } | { prefix: string }> = allowedMatches()): string {
+export function renderPublicRoutes(
+  indent: string,
+  bodyBufferLimit: string,
+  matches: ReadonlyArray<{ path: string } | { prefix: string }> = allowedMatches(),
+): string {
   const lines: string[] = [];
   for (const m of matches) {
     const [kind, value] = 'path' in m ? ['path', m.path] : ['prefix', m.prefix];
-    lines.push(`- match: { ${kind}: ${JSON.stringify(value)} }`, '  route: { cluster: decode_workers, timeout: 0s }', `  request_body_buffer_limit: ${bodyBufferLimit}`);
+    lines.push(
+      `- match: { ${kind}: ${JSON.stringify(value)} }`,
+      '  route: { cluster: decode_workers, timeout: 0s }',
+      `  request_body_buffer_limit: ${bodyBufferLimit}`,
+    );
   }
   lines.push(
     '# Everything else: refused by Envoy itself, before the coordinator or any worker sees it.',

@@ -110,10 +110,17 @@ export function startChild(spec: ChildSpec): Promise<Child> {
     proc.once('error', (err) => finish(new ChildStartError(`${spec.name}: ${err.message}`)));
     void exited.then(({ code, signal }) => {
       log.end();
-      finish(new ChildStartError(`${spec.name} exited during start-up (code ${String(code)}, signal ${String(signal)}); see ${spec.logPath}:\n${tail.join('\n')}`));
+      finish(
+        new ChildStartError(
+          `${spec.name} exited during start-up (code ${String(code)}, signal ${String(signal)}); see ${spec.logPath}:\n${tail.join('\n')}`,
+        ),
+      );
     });
     const timer = setTimeout(
-      () => finish(new ChildStartError(`${spec.name} not ready after ${spec.readyTimeoutMs ?? 30_000} ms; see ${spec.logPath}:\n${tail.join('\n')}`)),
+      () =>
+        finish(
+          new ChildStartError(`${spec.name} not ready after ${spec.readyTimeoutMs ?? 30_000} ms; see ${spec.logPath}:\n${tail.join('\n')}`),
+        ),
       spec.readyTimeoutMs ?? 30_000,
     );
   });

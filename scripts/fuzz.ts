@@ -27,7 +27,8 @@ function main(): number {
     switch (a) {
       case '--cases':
         cases = Number(value());
-        if (!Number.isSafeInteger(cases) || cases < 1 || cases > 100_000_000) throw new Error(`--cases: expected a positive integer\n${USAGE}`);
+        if (!Number.isSafeInteger(cases) || cases < 1 || cases > 100_000_000)
+          throw new Error(`--cases: expected a positive integer\n${USAGE}`);
         break;
       case '--seed':
         seed = Number(value());

@@ -41,11 +41,21 @@ function parseArgs(argv: string[]): Args {
       return n;
     };
     switch (a) {
-      case '--minutes': args.minutes = Math.max(0.1, num(24 * 60)); break;
-      case '--rate': args.rate = num(100_000); break;
-      case '--buffered': args.bodyMode = 'buffered'; break;
-      case '--stream-cap': args.streamCap = Math.floor(num(1_000_000)); break;
-      case '--out': args.out = argv[++i] ?? args.out; break;
+      case '--minutes':
+        args.minutes = Math.max(0.1, num(24 * 60));
+        break;
+      case '--rate':
+        args.rate = num(100_000);
+        break;
+      case '--buffered':
+        args.bodyMode = 'buffered';
+        break;
+      case '--stream-cap':
+        args.streamCap = Math.floor(num(1_000_000));
+        break;
+      case '--out':
+        args.out = argv[++i] ?? args.out;
+        break;
       case '-h':
       case '--help':
         process.stdout.write(`${USAGE}\n`);
@@ -61,12 +71,36 @@ const PNG = 'data:image/png;base64,iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJA
 
 /** The traffic mix: [weight, path, body]. */
 const MIX: Array<[number, string, (i: number) => unknown]> = [
-  [40, '/v1/chat/completions', (i) => ({ model: 'sim-model', messages: [{ role: 'user', content: `question ${i} about soak testing` }], max_tokens: 8 })],
-  [20, '/v1/chat/completions', (i) => ({ model: 'sim-model', stream: true, messages: [{ role: 'user', content: `stream ${i} please` }], max_tokens: 8 })],
+  [
+    40,
+    '/v1/chat/completions',
+    (i) => ({ model: 'sim-model', messages: [{ role: 'user', content: `question ${i} about soak testing` }], max_tokens: 8 }),
+  ],
+  [
+    20,
+    '/v1/chat/completions',
+    (i) => ({ model: 'sim-model', stream: true, messages: [{ role: 'user', content: `stream ${i} please` }], max_tokens: 8 }),
+  ],
   [15, '/v1/completions', (i) => ({ model: 'sim-model', prompt: `complete number ${i}`, max_tokens: 8 })],
   [10, '/v1/completions', (i) => ({ model: 'sim-model', prompt: [1, 2, 3, (i % 1000) + 4], max_tokens: 4 })],
   [10, '/inference/v1/generate', (i) => ({ model: 'sim-model', token_ids: [1, 2, 3, (i % 1000) + 4], sampling_params: { max_tokens: 4 } })],
-  [5, '/v1/chat/completions', (i) => ({ model: 'sim-model', messages: [{ role: 'user', content: [{ type: 'text', text: `image ${i}` }, { type: 'image_url', image_url: { url: PNG } }] }], max_tokens: 4 })],
+  [
+    5,
+    '/v1/chat/completions',
+    (i) => ({
+      model: 'sim-model',
+      messages: [
+        {
+          role: 'user',
+          content: [
+            { type: 'text', text: `image ${i}` },
+            { type: 'image_url', image_url: { url: PNG } },
+          ],
+        },
+      ],
+      max_tokens: 4,
+    }),
+  ],
 ];
 const TOTAL_WEIGHT = MIX.reduce((n, [w]) => n + w, 0);
 
@@ -154,7 +188,15 @@ async function main(): Promise<void> {
 
   try {
     for (const role of ['render', 'encode', 'prefill', 'decode'] as const) {
-      sims.push(await startSimulator({ name: `sim-${role}-0`, role, interTokenLatencyMs: 2, maxRecordedRequests: 100, maxRecordedBytes: 8 * 1024 * 1024 }));
+      sims.push(
+        await startSimulator({
+          name: `sim-${role}-0`,
+          role,
+          interTokenLatencyMs: 2,
+          maxRecordedRequests: 100,
+          maxRecordedBytes: 8 * 1024 * 1024,
+        }),
+      );
     }
     const [render, encode, prefill, decode] = sims as [Simulator, Simulator, Simulator, Simulator];
     const gatewayPort = await freePort();
@@ -203,7 +245,9 @@ async function main(): Promise<void> {
       },
     });
     const client = new TestClient(envoy.publicUrl);
-    say(`stack up on node ${process.version}: envoy ${envoy.publicUrl}, coordinator pid ${service.pid}, coordinator stream cap ${args.streamCap || "none"}`);
+    say(
+      `stack up on node ${process.version}: envoy ${envoy.publicUrl}, coordinator pid ${service.pid}, coordinator stream cap ${args.streamCap || 'none'}`,
+    );
 
     let rate = args.rate;
     let peak = 0;
@@ -237,7 +281,10 @@ async function main(): Promise<void> {
       if (now >= nextSample) {
         samples.push({ t: (now - started) / 60_000, rssMb: rssMb(service.pid), inFlight });
         nextSample += sampleEveryMs;
-        if (samples.length % 6 === 0) say(`${((now - started) / 60_000).toFixed(1)} min: ${tally.total} sent, ${tally.total - tally.ok} failed, rss ${samples[samples.length - 1]!.rssMb.toFixed(1)} MB`);
+        if (samples.length % 6 === 0)
+          say(
+            `${((now - started) / 60_000).toFixed(1)} min: ${tally.total} sent, ${tally.total - tally.ok} failed, rss ${samples[samples.length - 1]!.rssMb.toFixed(1)} MB`,
+          );
       }
       const due = Math.floor(((now - started) / 1000) * rate);
       while (n < due && inFlight < maxInFlight) {

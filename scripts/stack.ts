@@ -131,7 +131,11 @@ async function main(): Promise<void> {
   if (smoke.status !== 200) say(`WARNING: smoke request answered ${smoke.status}: ${smoke.text.slice(0, 300)}`);
 
   const chat = JSON.stringify({ model: 'sim-model', messages: [{ role: 'user', content: 'Hello from the stack' }] });
-  const streamed = JSON.stringify({ model: 'sim-model', stream: true, messages: [{ role: 'user', content: 'Stream these words back to me' }] });
+  const streamed = JSON.stringify({
+    model: 'sim-model',
+    stream: true,
+    messages: [{ role: 'user', content: 'Stream these words back to me' }],
+  });
   process.stdout.write(`
 epd-coordinator stack is up (${args.bodyMode === 'buffered' ? 'BUFFERED' : 'FULL_DUPLEX_STREAMED'} bodies, ${args.kvConnector}).
 
@@ -147,14 +151,14 @@ epd-coordinator stack is up (${args.bodyMode === 'buffered' ? 'BUFFERED' : 'FULL
       -d '${STACK_IMAGE_REQUEST}'
 
 ${
-    args.conditionalDecode
-      ? `  The pipeline probes with conditional-decode first: a prompt's first request is a miss (412 from the
+  args.conditionalDecode
+    ? `  The pipeline probes with conditional-decode first: a prompt's first request is a miss (412 from the
   decode simulator's stand-in for the EPP, then render -> prefill -> decode); the same prompt again is a
   cache hit served by the decode worker alone (path_taken "cache_hit" in the access log).
 
 `
-      : ''
-  }  Queue work through the async broker (Redis on 127.0.0.1:${STACK_PORTS.redis}, a processor dispatching back
+    : ''
+}  Queue work through the async broker (Redis on 127.0.0.1:${STACK_PORTS.redis}, a processor dispatching back
   through Envoy):
     curl -sS ${stack.publicUrl}/v1/chat/completions -H 'content-type: application/json' \\
       -H 'X-AP-Mode: enqueue' -H 'x-request-id: job-1' -d '${chat}'      # 202 {"id":"job-1","status":"pending"}

@@ -44,9 +44,7 @@ function nonStreaming(endpoint: Endpoint, gen: Generation, httpRequestId: string
       object: 'chat.completion',
       created,
       model: gen.model,
-      choices: [
-        { index: 0, message: { role: 'assistant', content: text }, logprobs: null, finish_reason: gen.finishReason },
-      ],
+      choices: [{ index: 0, message: { role: 'assistant', content: text }, logprobs: null, finish_reason: gen.finishReason }],
       usage: usageOf(gen),
     };
   } else if (endpoint === 'completions') {

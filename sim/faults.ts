@@ -14,18 +14,7 @@ const MAX_FAULT_HEADERS = 16;
 const HEADER_NAME = /^[!#$%&'*+\-.^_`|~0-9a-zA-Z]{1,256}$/;
 const HEADER_VALUE = /^[\x20-\x7e\t]{0,4096}$/;
 
-const RULE_KEYS = new Set([
-  'match',
-  'status',
-  'body',
-  'headers',
-  'delayMs',
-  'hang',
-  'reset',
-  'resetMidBody',
-  'chunkDelayMs',
-  'times',
-]);
+const RULE_KEYS = new Set(['match', 'status', 'body', 'headers', 'delayMs', 'hang', 'reset', 'resetMidBody', 'chunkDelayMs', 'times']);
 const MATCH_KEYS = new Set(['path', 'profile']);
 
 function fail(index: number, message: string): never {
@@ -81,7 +70,8 @@ function parseRule(raw: unknown, index: number): FaultRule {
     if (entries.length > MAX_FAULT_HEADERS) fail(index, `at most ${MAX_FAULT_HEADERS} headers`);
     const headers: Record<string, string> = {};
     for (const [name, value] of entries) {
-      if (!HEADER_NAME.test(name) || typeof value !== 'string' || !HEADER_VALUE.test(value)) fail(index, `header "${name}" must be a token name with a printable string value`);
+      if (!HEADER_NAME.test(name) || typeof value !== 'string' || !HEADER_VALUE.test(value))
+        fail(index, `header "${name}" must be a token name with a printable string value`);
       headers[name.toLowerCase()] = value;
     }
     rule.headers = headers;
@@ -120,9 +110,7 @@ export class FaultTable {
   }
 
   list(): FaultRule[] {
-    return this.active.map(({ rule, remaining }) =>
-      remaining === undefined ? { ...rule } : { ...rule, times: remaining },
-    );
+    return this.active.map(({ rule, remaining }) => (remaining === undefined ? { ...rule } : { ...rule, times: remaining }));
   }
 
   /** The first rule matching this request, consuming one of its `times`. */

@@ -6,16 +6,7 @@
 import { BOS_TOKEN_ID, splitWords, stubImageHash, tokenIdOf, tokenizeText } from './dummy-tokenizer';
 import { HttpError } from './errors';
 import { renderChat } from './render';
-import {
-  hashesOf,
-  imageUrlsOf,
-  isObject,
-  JsonObject,
-  kvParamsOf,
-  lastUserText,
-  positiveInt,
-  tokenIdsOf,
-} from './request-fields';
+import { hashesOf, imageUrlsOf, isObject, JsonObject, kvParamsOf, lastUserText, positiveInt, tokenIdsOf } from './request-fields';
 import { ecTransferParams, prefillResponseKvParams } from './transfer-params';
 import type { SimMode, SimRole } from './types';
 
@@ -50,8 +41,30 @@ export interface Generation {
 }
 
 const VOCABULARY = [
-  'the', 'model', 'simulated', 'answer', 'is', 'here', 'and', 'it', 'has', 'tokens', 'for', 'testing',
-  'a', 'quick', 'brown', 'fox', 'jumps', 'over', 'lazy', 'dog', 'today', 'with', 'care', 'again',
+  'the',
+  'model',
+  'simulated',
+  'answer',
+  'is',
+  'here',
+  'and',
+  'it',
+  'has',
+  'tokens',
+  'for',
+  'testing',
+  'a',
+  'quick',
+  'brown',
+  'fox',
+  'jumps',
+  'over',
+  'lazy',
+  'dog',
+  'today',
+  'with',
+  'care',
+  'again',
 ];
 
 function randomInt(min: number, maxExclusive: number): number {
@@ -145,20 +158,12 @@ export function generate(endpoint: Endpoint, body: JsonObject, httpRequestId: st
     tokenIds = new Array<number>(count).fill(tokenIdOf('!'));
     finishReason = 'length';
   } else if (endpoint === 'generate') {
-    const source =
-      settings.mode === 'echo'
-        ? (promptIds as number[])
-        : Array.from({ length: randomCount }, () => randomInt(100, 50000));
+    const source = settings.mode === 'echo' ? (promptIds as number[]) : Array.from({ length: randomCount }, () => randomInt(100, 50000));
     const capped = cap(source, maxTokens);
     tokenIds = capped.items;
     if (capped.truncated) finishReason = 'length';
   } else {
-    const text =
-      settings.mode === 'echo'
-        ? endpoint === 'chat'
-          ? lastUserText(body)
-          : promptText
-        : randomWords(randomCount).join('');
+    const text = settings.mode === 'echo' ? (endpoint === 'chat' ? lastUserText(body) : promptText) : randomWords(randomCount).join('');
     const capped = cap(splitWords(text), maxTokens);
     words = capped.items;
     tokenIds = words.map((w) => tokenizeText(w)[0] ?? BOS_TOKEN_ID);

@@ -28,10 +28,7 @@ export class Recorder {
   add(request: RecordedRequest): void {
     this.requests.push(request);
     this.bytes += request.body.length;
-    while (
-      this.requests.length > 1 &&
-      (this.requests.length > this.maxRequests || this.bytes > this.maxBytes)
-    ) {
+    while (this.requests.length > 1 && (this.requests.length > this.maxRequests || this.bytes > this.maxBytes)) {
       const dropped = this.requests.shift() as RecordedRequest;
       this.bytes -= dropped.body.length;
     }

@@ -3,13 +3,7 @@
  * response shapes vLLM's render service returns (coordinator-behaviour.md §3.2).
  */
 
-import {
-  BOS_TOKEN_ID,
-  IMAGE_PLACEHOLDER_LENGTH,
-  IMAGE_PLACEHOLDER_TOKEN_ID,
-  stubImageHash,
-  tokenizeText,
-} from './dummy-tokenizer';
+import { BOS_TOKEN_ID, IMAGE_PLACEHOLDER_LENGTH, IMAGE_PLACEHOLDER_TOKEN_ID, stubImageHash, tokenizeText } from './dummy-tokenizer';
 import { HttpError } from './errors';
 import { isObject, JsonObject, messagesOf, partsOf, tokenIdsOf } from './request-fields';
 

@@ -22,7 +22,8 @@ const MAX_SIMULATED_MS = 10 * 60 * 1000;
 
 /** One `input` content part as a chat part (`input_text` -> text, `input_image` -> image_url). */
 function chatPart(part: JsonObject): JsonObject | undefined {
-  if ((part.type === 'input_text' || part.type === 'output_text') && typeof part.text === 'string') return { type: 'text', text: part.text };
+  if ((part.type === 'input_text' || part.type === 'output_text') && typeof part.text === 'string')
+    return { type: 'text', text: part.text };
   if (part.type === 'input_image' && typeof part.image_url === 'string') return { type: 'image_url', image_url: { url: part.image_url } };
   return undefined;
 }
@@ -35,7 +36,15 @@ export function responsesAsChat(body: JsonObject): JsonObject {
   else if (Array.isArray(input)) {
     messages = input.filter(isObject).map((item) => ({
       role: typeof item.role === 'string' ? item.role : 'user',
-      content: typeof item.content === 'string' ? item.content : Array.isArray(item.content) ? item.content.filter(isObject).map(chatPart).filter((p) => p !== undefined) : '',
+      content:
+        typeof item.content === 'string'
+          ? item.content
+          : Array.isArray(item.content)
+            ? item.content
+                .filter(isObject)
+                .map(chatPart)
+                .filter((p) => p !== undefined)
+            : '',
     }));
   } else throw new HttpError(400, 'input must be a string or an array');
   const chat: JsonObject = { ...body, messages };
@@ -57,7 +66,18 @@ function responseObject(gen: Generation, id: string, createdAt: number, status: 
     created_at: createdAt,
     model: gen.model,
     status,
-    output: status === 'in_progress' ? [] : [{ type: 'message', id: `msg-${id}`, status: 'completed', role: 'assistant', content: [{ type: 'output_text', text, annotations: [] }] }],
+    output:
+      status === 'in_progress'
+        ? []
+        : [
+            {
+              type: 'message',
+              id: `msg-${id}`,
+              status: 'completed',
+              role: 'assistant',
+              content: [{ type: 'output_text', text, annotations: [] }],
+            },
+          ],
     usage: status === 'in_progress' ? null : usageOf(gen),
   };
   if (gen.kvTransferParams) answer.kv_transfer_params = gen.kvTransferParams;
@@ -78,9 +98,14 @@ export function responsesReply(gen: Generation, httpRequestId: string, timing: T
     const simulated = timing.timeToFirstTokenMs + timing.interTokenLatencyMs * Math.max(0, tokens - 1);
     return jsonReply(200, responseObject(gen, id, createdAt, 'completed', text), Math.min(simulated, MAX_SIMULATED_MS));
   }
-  const frames: SseFrame[] = [{ data: eventFrame('response.created', { response: responseObject(gen, id, createdAt, 'in_progress', '') }), delayMs: 0 }];
+  const frames: SseFrame[] = [
+    { data: eventFrame('response.created', { response: responseObject(gen, id, createdAt, 'in_progress', '') }), delayMs: 0 },
+  ];
   gen.words.forEach((word, i) => {
-    frames.push({ data: eventFrame('response.output_text.delta', { item_id: `msg-${id}`, output_index: 0, content_index: 0, delta: word }), delayMs: i === 0 ? timing.timeToFirstTokenMs : timing.interTokenLatencyMs });
+    frames.push({
+      data: eventFrame('response.output_text.delta', { item_id: `msg-${id}`, output_index: 0, content_index: 0, delta: word }),
+      delayMs: i === 0 ? timing.timeToFirstTokenMs : timing.interTokenLatencyMs,
+    });
   });
   frames.push({ data: eventFrame('response.completed', { response: responseObject(gen, id, createdAt, 'completed', text) }), delayMs: 0 });
   frames.push({ data: 'data: [DONE]\n\n', delayMs: 0 });

@@ -36,9 +36,7 @@ const GET_PATHS = new Set(['/health', '/health/ready', '/v1/models', '/metrics']
  * an idle worker, so every endpoint scores alike.
  */
 const METRICS_TEXT = Buffer.from(
-  ['vllm:num_requests_running', 'vllm:num_requests_waiting', 'vllm:kv_cache_usage_perc']
-    .map((m) => `# TYPE ${m} gauge\n${m} 0\n`)
-    .join(''),
+  ['vllm:num_requests_running', 'vllm:num_requests_waiting', 'vllm:kv_cache_usage_perc'].map((m) => `# TYPE ${m} gauge\n${m} 0\n`).join(''),
 );
 function metricsReply(): Reply {
   return { kind: 'buffered', status: 200, headers: { 'content-type': 'text/plain; version=0.0.4' }, body: METRICS_TEXT, delayMs: 0 };
@@ -218,7 +216,13 @@ class SimulatorServer implements Simulator {
     if (read.kind === 'aborted') return;
     if (read.kind === 'too-large') {
       res.setHeader('connection', 'close');
-      await this.send(res, errorReply(413, `request body larger than ${this.settings.maxBodyBytes} bytes`), record, controller.signal, destroy);
+      await this.send(
+        res,
+        errorReply(413, `request body larger than ${this.settings.maxBodyBytes} bytes`),
+        record,
+        controller.signal,
+        destroy,
+      );
       return;
     }
 

@@ -28,7 +28,8 @@ function readPem(key: string, path: string): Buffer {
   } catch (err) {
     throw new ConfigError(key, `a readable PEM file at ${path}`, (err as NodeJS.ErrnoException).code ?? (err as Error).message);
   }
-  if (data.length === 0 || data.length > MAX_PEM_BYTES) throw new ConfigError(key, `a PEM file of 1 byte to 1 MiB at ${path}`, `${data.length} bytes`);
+  if (data.length === 0 || data.length > MAX_PEM_BYTES)
+    throw new ConfigError(key, `a PEM file of 1 byte to 1 MiB at ${path}`, `${data.length} bytes`);
   return data;
 }
 
@@ -134,7 +135,12 @@ export function serverCredentials(tls: TlsFiles | null, opts: ServerTlsOptions =
  * A pair that fails to load (half-written, mismatched) is logged and the old one kept; the next
  * change or poll tries again.
  */
-function watchKeyPair(tls: TlsFiles, initial: { certPem: Buffer; keyPem: Buffer }, apply: (pair: { certPem: Buffer; keyPem: Buffer }) => void, opts: ServerTlsOptions): { close(): void } {
+function watchKeyPair(
+  tls: TlsFiles,
+  initial: { certPem: Buffer; keyPem: Buffer },
+  apply: (pair: { certPem: Buffer; keyPem: Buffer }) => void,
+  opts: ServerTlsOptions,
+): { close(): void } {
   let current = initial;
   let timer: NodeJS.Timeout | undefined;
   const check = (): void => {

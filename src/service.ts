@@ -100,7 +100,11 @@ export async function startService(config: AppConfig, opts: ServiceOptions = {})
     const deps: StepDeps = {
       gateway,
       clientFor: (baseUrl, o) => {
-        const c = new PooledSideCallClient(baseUrl, { maxIdleConns: o.maxIdleConns, idleTimeoutMs: o.idleTimeoutMs, observer: sideCallObserver });
+        const c = new PooledSideCallClient(baseUrl, {
+          maxIdleConns: o.maxIdleConns,
+          idleTimeoutMs: o.idleTimeoutMs,
+          observer: sideCallObserver,
+        });
         clients.push(c);
         return c;
       },

@@ -30,8 +30,7 @@ export interface StreamModes {
 export function resolveModes(config: ProtocolConfigurationIn | null | undefined, fallback: FallbackBodyMode): StreamModes {
   if (!config) return { request: fallback, requestName: `fallback:${fallback}`, responseFullDuplex: false, announced: false };
   const name = String(config.request_body_mode);
-  const request: BodyMode =
-    name === 'FULL_DUPLEX_STREAMED' ? 'full_duplex' : name === 'BUFFERED' ? 'buffered' : 'unsupported';
+  const request: BodyMode = name === 'FULL_DUPLEX_STREAMED' ? 'full_duplex' : name === 'BUFFERED' ? 'buffered' : 'unsupported';
   return {
     request,
     requestName: name,

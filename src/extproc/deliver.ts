@@ -38,7 +38,10 @@ export type RequestShape = 'headers_only' | 'body' | 'body_and_trailers';
 /** A body we would have to send in one message is above the gRPC send limit. */
 export class ResponseTooLargeError extends Error {
   override readonly name = 'ResponseTooLargeError';
-  constructor(readonly bytes: number, readonly limit: number) {
+  constructor(
+    readonly bytes: number,
+    readonly limit: number,
+  ) {
     super(`response body of ${bytes} bytes exceeds the ${limit}-byte message limit`);
   }
 }

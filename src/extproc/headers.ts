@@ -59,7 +59,11 @@ export function decodeRequestHead(map: HeaderMapIn | null | undefined, origin?: 
     }
     headers[key] = headerValueOf(entry);
   }
-  const head: { method: string; path: string; headers: Record<string, string>; origin?: string; laterValues?: Record<string, string[]> } = { method, path, headers };
+  const head: { method: string; path: string; headers: Record<string, string>; origin?: string; laterValues?: Record<string, string[]> } = {
+    method,
+    path,
+    headers,
+  };
   if (origin !== undefined) head.origin = origin;
   if (later) head.laterValues = later;
   return head;

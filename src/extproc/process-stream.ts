@@ -343,7 +343,10 @@ export class ProcessStream {
     if (!this.waitingOnEnvoy()) return;
     const ms = this.idle.ms;
     if (this.opts.log.isLevelEnabled('info')) {
-      this.opts.log.info({ idle_ms: ms, phase: this.phase, received_bytes: this.body.received }, 'ext_proc stream idle: Envoy sent nothing for stream_idle_timeout; ending it');
+      this.opts.log.info(
+        { idle_ms: ms, phase: this.phase, received_bytes: this.body.received },
+        'ext_proc stream idle: Envoy sent nothing for stream_idle_timeout; ending it',
+      );
     }
     this.body.drop();
     this.abortOnce(`envoy sent nothing for ${ms} ms`);

@@ -6,7 +6,8 @@
 const EMPTY = Buffer.alloc(0);
 
 /** A collected body: one buffer, or the chunks in order when there are several. */
-export type CollectedBody = { readonly kind: 'whole'; readonly body: Buffer } | { readonly kind: 'parts'; readonly parts: Buffer[]; readonly length: number };
+export type CollectedBody =
+  { readonly kind: 'whole'; readonly body: Buffer } | { readonly kind: 'parts'; readonly parts: Buffer[]; readonly length: number };
 
 export class RequestBody {
   private chunks: Buffer[] = [];

@@ -15,9 +15,7 @@ export const STREAMED_CHUNK_BYTES = 64 * 1024;
 export const IMMEDIATE_DETAILS = 'epd_coordinator';
 export const INTERNAL_ERROR_DETAILS = 'epd_coordinator_internal_error';
 
-export const INTERNAL_ERROR_BODY = Buffer.from(
-  '{"error":{"message":"internal error","type":"api_error","param":null,"code":500}}',
-);
+export const INTERNAL_ERROR_BODY = Buffer.from('{"error":{"message":"internal error","type":"api_error","param":null,"code":500}}');
 
 /**
  * Never copied onto a local reply: Envoy frames local replies itself, so a copied length or
@@ -143,7 +141,9 @@ export function bufferedForwardBodyResponse(
   return withMetadata(
     {
       request_body: {
-        response: body ? { header_mutation, body_mutation: { body }, clear_route_cache: true } : { header_mutation, clear_route_cache: true },
+        response: body
+          ? { header_mutation, body_mutation: { body }, clear_route_cache: true }
+          : { header_mutation, clear_route_cache: true },
       },
     },
     opts.metadata,

@@ -201,7 +201,7 @@ export interface ExtProcServer {
 export async function startExtProcServer(opts: ExtProcServerOptions): Promise<ExtProcServer> {
   const server = createWideWindowServer(extProcServerOptions(opts.maxBodyBytes));
   if (!applySessionLimits(server, opts.sessionLimits ?? DEFAULT_SESSION_LIMITS)) {
-    opts.log.warn('this grpc-js has no commonServerOptions: HTTP/2 sessions keep Node\'s stream-reset limit (1000, 33/s)');
+    opts.log.warn("this grpc-js has no commonServerOptions: HTTP/2 sessions keep Node's stream-reset limit (1000, 33/s)");
   } else if (Number(process.versions.node.split('.')[0]) < 24) {
     // Node 20 ignores the options: Envoy's per-stream resets will close sessions (package.json engines).
     opts.log.warn({ node: process.version }, 'Node < 24 ignores server.stream_reset_burst/rate: run on Node 24');
@@ -245,11 +245,14 @@ function shutdownGracefully(server: grpc.Server, graceMs: number): Promise<void>
       clearTimeout(timer);
       resolve();
     };
-    const timer = setTimeout(() => {
-      server.forceShutdown();
-      // forceShutdown is synchronous; tryShutdown's callback may never come after it.
-      setImmediate(finish);
-    }, Math.max(0, graceMs));
+    const timer = setTimeout(
+      () => {
+        server.forceShutdown();
+        // forceShutdown is synchronous; tryShutdown's callback may never come after it.
+        setImmediate(finish);
+      },
+      Math.max(0, graceMs),
+    );
     server.tryShutdown(() => finish());
   });
 }

@@ -39,12 +39,7 @@ export interface ProtocolConfigurationIn {
 }
 
 export type RequestKind =
-  | 'request_headers'
-  | 'response_headers'
-  | 'request_body'
-  | 'response_body'
-  | 'request_trailers'
-  | 'response_trailers';
+  'request_headers' | 'response_headers' | 'request_body' | 'response_body' | 'request_trailers' | 'response_trailers';
 
 export interface ProcessingRequestIn {
   /** The oneof member that is set (proto-loader `oneofs: true`). */

@@ -147,7 +147,12 @@ export class PooledSideCallClient implements SideCallClient {
     }
   }
 
-  private async postUnobserved(path: string, headers: Record<string, string>, body: SideCallBody, opts: SideCallOptions): Promise<SideCallResponse> {
+  private async postUnobserved(
+    path: string,
+    headers: Record<string, string>,
+    body: SideCallBody,
+    opts: SideCallOptions,
+  ): Promise<SideCallResponse> {
     const trace = opts.log?.isLevelEnabled('trace') ? opts.log : undefined;
     if (trace) this.traceRequest(trace, path, headers, body);
     const { res, signal, release } = await this.dispatch(path, headers, body, opts);

@@ -22,27 +22,30 @@ const REQUEST_TIMEOUT_MS = 5000;
 const MAX_HEADER_BYTES = 16 * 1024;
 
 export async function startMetricsServer(addr: ListenAddress, source: MetricsSource, log: Logger): Promise<MetricsServer> {
-  const server: Server = createServer({ maxHeaderSize: MAX_HEADER_BYTES, requestTimeout: REQUEST_TIMEOUT_MS, headersTimeout: REQUEST_TIMEOUT_MS }, (req, res) => {
-    const path = (req.url ?? '').split('?')[0];
-    if (path !== '/metrics') {
-      res.writeHead(404, { 'content-type': 'text/plain' }).end('not found: the only path is /metrics\n');
-      return;
-    }
-    if (req.method !== 'GET' && req.method !== 'HEAD') {
-      res.writeHead(405, { allow: 'GET, HEAD', 'content-type': 'text/plain' }).end('method not allowed\n');
-      return;
-    }
-    source.exposition().then(
-      ({ contentType, body }) => {
-        res.writeHead(200, { 'content-type': contentType, 'cache-control': 'no-store' });
-        res.end(req.method === 'HEAD' ? undefined : body);
-      },
-      (err: unknown) => {
-        log.error({ err: (err as Error).message }, 'metrics: collecting failed');
-        res.writeHead(500, { 'content-type': 'text/plain' }).end('metrics collection failed\n');
-      },
-    );
-  });
+  const server: Server = createServer(
+    { maxHeaderSize: MAX_HEADER_BYTES, requestTimeout: REQUEST_TIMEOUT_MS, headersTimeout: REQUEST_TIMEOUT_MS },
+    (req, res) => {
+      const path = (req.url ?? '').split('?')[0];
+      if (path !== '/metrics') {
+        res.writeHead(404, { 'content-type': 'text/plain' }).end('not found: the only path is /metrics\n');
+        return;
+      }
+      if (req.method !== 'GET' && req.method !== 'HEAD') {
+        res.writeHead(405, { allow: 'GET, HEAD', 'content-type': 'text/plain' }).end('method not allowed\n');
+        return;
+      }
+      source.exposition().then(
+        ({ contentType, body }) => {
+          res.writeHead(200, { 'content-type': contentType, 'cache-control': 'no-store' });
+          res.end(req.method === 'HEAD' ? undefined : body);
+        },
+        (err: unknown) => {
+          log.error({ err: (err as Error).message }, 'metrics: collecting failed');
+          res.writeHead(500, { 'content-type': 'text/plain' }).end('metrics collection failed\n');
+        },
+      );
+    },
+  );
   server.keepAliveTimeout = REQUEST_TIMEOUT_MS;
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject);

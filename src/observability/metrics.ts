@@ -12,15 +12,22 @@ import type { StreamObserver } from '../extproc/server';
 import type { ForceStreamObserver } from '../pipeline/step';
 import { classify } from '../pipeline/errors';
 import { errorCode, executionPath, routeLabel } from './request-facts';
-import type { DecisionPath, PipelineObserver, RequestObservation, RequestResult, RequestStart, StepObservation } from '../pipeline/observer';
+import type {
+  DecisionPath,
+  PipelineObserver,
+  RequestObservation,
+  RequestResult,
+  RequestStart,
+  StepObservation,
+} from '../pipeline/observer';
 
 const UPSTREAM = 'llm_d_coordinator_';
 const OWN = 'epd_coordinator_';
 
 /** The upstream "general latency" ladder, seconds. */
 export const LATENCY_BUCKETS: readonly number[] = [
-  0.005, 0.025, 0.05, 0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 1.25, 1.5, 2, 3, 4, 5, 6, 8, 10, 15, 20, 30, 45, 60, 120, 180, 240, 300, 360, 480, 600, 900,
-  1200, 1800, 2700, 3600,
+  0.005, 0.025, 0.05, 0.1, 0.2, 0.4, 0.6, 0.8, 1.0, 1.25, 1.5, 2, 3, 4, 5, 6, 8, 10, 15, 20, 30, 45, 60, 120, 180, 240, 300, 360, 480, 600,
+  900, 1200, 1800, 2700, 3600,
 ];
 /** Request body sizes, bytes: 64 B .. 1 GiB by powers of two. */
 export const SIZE_BUCKETS: readonly number[] = Array.from({ length: 25 }, (_, i) => 64 * 2 ** i);
@@ -142,31 +149,137 @@ export class CoordinatorMetrics implements PipelineObserver {
     const latency = [...LATENCY_BUCKETS];
     this.models = new ModelNameLabels(opts.maxModelNames);
 
-    this.requestTotal = new Counter({ name: `${UPSTREAM}request_total`, help: 'Inbound inference requests, including rejected ones.', labelNames: ['model_name'], registers });
-    this.requestErrors = new Counter({ name: `${UPSTREAM}request_error_total`, help: 'Inference requests that ended in an error answer.', labelNames: ['model_name', 'error_code'], registers });
-    this.requestDuration = new Histogram({ name: `${UPSTREAM}request_duration_seconds`, help: 'Time from the request head to the decision (the decode response itself does not pass through the service).', labelNames: ['model_name'], buckets: latency, registers });
-    this.requestSize = new Histogram({ name: `${UPSTREAM}request_size_bytes`, help: 'Request body size.', labelNames: ['model_name'], buckets: [...SIZE_BUCKETS], registers });
-    this.requestTokens = new Histogram({ name: `${UPSTREAM}request_input_tokens`, help: 'Prompt tokens, observed when render ran.', labelNames: ['model_name'], buckets: [...TOKEN_BUCKETS], registers });
-    this.requestRunning = new Gauge({ name: `${UPSTREAM}request_running`, help: 'Inference requests in progress (model_name "unknown" until the body is parsed).', labelNames: ['model_name'], registers });
-    this.stepDuration = new Histogram({ name: `${UPSTREAM}step_duration_seconds`, help: 'Pipeline step duration.', labelNames: ['step'], buckets: latency, registers });
-    this.stepErrors = new Counter({ name: `${UPSTREAM}step_errors_total`, help: 'Pipeline steps that failed.', labelNames: ['step', 'error_code'], registers });
+    this.requestTotal = new Counter({
+      name: `${UPSTREAM}request_total`,
+      help: 'Inbound inference requests, including rejected ones.',
+      labelNames: ['model_name'],
+      registers,
+    });
+    this.requestErrors = new Counter({
+      name: `${UPSTREAM}request_error_total`,
+      help: 'Inference requests that ended in an error answer.',
+      labelNames: ['model_name', 'error_code'],
+      registers,
+    });
+    this.requestDuration = new Histogram({
+      name: `${UPSTREAM}request_duration_seconds`,
+      help: 'Time from the request head to the decision (the decode response itself does not pass through the service).',
+      labelNames: ['model_name'],
+      buckets: latency,
+      registers,
+    });
+    this.requestSize = new Histogram({
+      name: `${UPSTREAM}request_size_bytes`,
+      help: 'Request body size.',
+      labelNames: ['model_name'],
+      buckets: [...SIZE_BUCKETS],
+      registers,
+    });
+    this.requestTokens = new Histogram({
+      name: `${UPSTREAM}request_input_tokens`,
+      help: 'Prompt tokens, observed when render ran.',
+      labelNames: ['model_name'],
+      buckets: [...TOKEN_BUCKETS],
+      registers,
+    });
+    this.requestRunning = new Gauge({
+      name: `${UPSTREAM}request_running`,
+      help: 'Inference requests in progress (model_name "unknown" until the body is parsed).',
+      labelNames: ['model_name'],
+      registers,
+    });
+    this.stepDuration = new Histogram({
+      name: `${UPSTREAM}step_duration_seconds`,
+      help: 'Pipeline step duration.',
+      labelNames: ['step'],
+      buckets: latency,
+      registers,
+    });
+    this.stepErrors = new Counter({
+      name: `${UPSTREAM}step_errors_total`,
+      help: 'Pipeline steps that failed.',
+      labelNames: ['step', 'error_code'],
+      registers,
+    });
     this.stepRunning = new Gauge({ name: `${UPSTREAM}step_running`, help: 'Pipeline steps in progress.', labelNames: ['step'], registers });
-    this.upstreamTotal = new Counter({ name: `${UPSTREAM}upstream_request_total`, help: 'Side calls to workers and the render service (each encode sub-request counts).', labelNames: ['upstream'], registers });
-    this.upstreamDuration = new Histogram({ name: `${UPSTREAM}upstream_request_duration_seconds`, help: 'Side-call duration (streamed answers: to the response headers).', labelNames: ['upstream'], buckets: latency, registers });
-    this.executionPaths = new Counter({ name: `${UPSTREAM}execution_path_total`, help: 'Requests by the disaggregation path their steps took.', labelNames: ['model_name', 'path'], registers });
-    this.probes = new Counter({ name: `${UPSTREAM}conditional_decode_probes_total`, help: 'Conditional-decode probes by result.', labelNames: ['result'], registers });
-    this.overhead = new Histogram({ name: `${UPSTREAM}orchestration_overhead_seconds`, help: 'Request time outside body parsing and steps.', labelNames: ['route'], buckets: latency, registers });
+    this.upstreamTotal = new Counter({
+      name: `${UPSTREAM}upstream_request_total`,
+      help: 'Side calls to workers and the render service (each encode sub-request counts).',
+      labelNames: ['upstream'],
+      registers,
+    });
+    this.upstreamDuration = new Histogram({
+      name: `${UPSTREAM}upstream_request_duration_seconds`,
+      help: 'Side-call duration (streamed answers: to the response headers).',
+      labelNames: ['upstream'],
+      buckets: latency,
+      registers,
+    });
+    this.executionPaths = new Counter({
+      name: `${UPSTREAM}execution_path_total`,
+      help: 'Requests by the disaggregation path their steps took.',
+      labelNames: ['model_name', 'path'],
+      registers,
+    });
+    this.probes = new Counter({
+      name: `${UPSTREAM}conditional_decode_probes_total`,
+      help: 'Conditional-decode probes by result.',
+      labelNames: ['result'],
+      registers,
+    });
+    this.overhead = new Histogram({
+      name: `${UPSTREAM}orchestration_overhead_seconds`,
+      help: 'Request time outside body parsing and steps.',
+      labelNames: ['route'],
+      buckets: latency,
+      registers,
+    });
 
-    this.forceStreamTotal = new Counter({ name: `${UPSTREAM}force_stream_total`, help: 'Non-streaming requests considered for decode force_stream, by result: forced, fallback_budget, fallback_unbounded, fallback_unsupported, error_ceiling.', labelNames: ['model_name', 'result'], registers });
-    this.forceStreamBuffered = new Gauge({ name: `${UPSTREAM}force_stream_buffered_bytes`, help: 'Bytes currently reserved by buffered force-stream requests.', registers });
+    this.forceStreamTotal = new Counter({
+      name: `${UPSTREAM}force_stream_total`,
+      help: 'Non-streaming requests considered for decode force_stream, by result: forced, fallback_budget, fallback_unbounded, fallback_unsupported, error_ceiling.',
+      labelNames: ['model_name', 'result'],
+      registers,
+    });
+    this.forceStreamBuffered = new Gauge({
+      name: `${UPSTREAM}force_stream_buffered_bytes`,
+      help: 'Bytes currently reserved by buffered force-stream requests.',
+      registers,
+    });
 
-    this.extProcMessages = new Counter({ name: `${OWN}extproc_messages_total`, help: 'ext_proc messages Envoy sent, by kind (request_headers, request_body, response_headers, ...).', labelNames: ['message'], registers });
+    this.extProcMessages = new Counter({
+      name: `${OWN}extproc_messages_total`,
+      help: 'ext_proc messages Envoy sent, by kind (request_headers, request_body, response_headers, ...).',
+      labelNames: ['message'],
+      registers,
+    });
     this.inflight = new Gauge({ name: `${OWN}inflight_requests`, help: 'Inference requests the service is working on.', registers });
     this.activeStreams = new Gauge({ name: `${OWN}extproc_active_streams`, help: 'Open ext_proc Process streams.', registers });
-    this.streamDuration = new Histogram({ name: `${OWN}extproc_stream_duration_seconds`, help: 'Lifetime of ext_proc Process streams.', buckets: latency, registers });
-    this.decisions = new Counter({ name: `${OWN}decisions_total`, help: 'Decisions by path taken: cascade, cache_hit, step_response, error, passthrough, route.', labelNames: ['path'], registers });
-    this.sideCallDuration = new Histogram({ name: `${OWN}side_call_duration_seconds`, help: 'Side-call latency by phase and HTTP status (or error, timeout, cancelled).', labelNames: ['phase', 'status'], buckets: latency, registers });
-    this.disaggregation = new Counter({ name: `${OWN}disaggregation_total`, help: 'Requests a prefill step saw, by path: disaggregated, aggregated_short_prompt (below min_prompt_tokens), aggregated_fallback (no prefill endpoint).', labelNames: ['path'], registers });
+    this.streamDuration = new Histogram({
+      name: `${OWN}extproc_stream_duration_seconds`,
+      help: 'Lifetime of ext_proc Process streams.',
+      buckets: latency,
+      registers,
+    });
+    this.decisions = new Counter({
+      name: `${OWN}decisions_total`,
+      help: 'Decisions by path taken: cascade, cache_hit, step_response, error, passthrough, route.',
+      labelNames: ['path'],
+      registers,
+    });
+    this.sideCallDuration = new Histogram({
+      name: `${OWN}side_call_duration_seconds`,
+      help: 'Side-call latency by phase and HTTP status (or error, timeout, cancelled).',
+      labelNames: ['phase', 'status'],
+      buckets: latency,
+      registers,
+    });
+    this.disaggregation = new Counter({
+      name: `${OWN}disaggregation_total`,
+      help: 'Requests a prefill step saw, by path: disaggregated, aggregated_short_prompt (below min_prompt_tokens), aggregated_fallback (no prefill endpoint).',
+      labelNames: ['path'],
+      registers,
+    });
 
     if (opts.processMetrics ?? true) collectDefaultMetrics({ register: this.registry });
 

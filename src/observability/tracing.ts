@@ -130,7 +130,9 @@ export class Tracing implements PipelineObserver {
   constructor(opts: TracingOptions) {
     const env = opts.env ?? process.env;
     const exporter = new LoggingExporter(opts.exporter ?? new OTLPTraceExporter(), opts.log);
-    const sampler = opts.sampler ?? (env['OTEL_TRACES_SAMPLER'] ? undefined : new ParentBasedSampler({ root: new TraceIdRatioBasedSampler(DEFAULT_SAMPLE_RATIO) }));
+    const sampler =
+      opts.sampler ??
+      (env['OTEL_TRACES_SAMPLER'] ? undefined : new ParentBasedSampler({ root: new TraceIdRatioBasedSampler(DEFAULT_SAMPLE_RATIO) }));
     this.provider = new BasicTracerProvider({
       resource: resourceFromAttributes({ 'service.name': env['OTEL_SERVICE_NAME'] || 'epd-coordinator' }),
       ...(sampler ? { sampler } : {}),
@@ -146,7 +148,11 @@ export class Tracing implements PipelineObserver {
 
   requestStarted(start: RequestStart): RequestObservation {
     const attributes: Attributes = { 'http.request.method': start.method, 'url.path': start.path, 'http.route': start.path };
-    const request = this.tracer.startSpan(`${start.method} ${start.path}`, { kind: SpanKind.SERVER, attributes }, parentContext(start.headers));
+    const request = this.tracer.startSpan(
+      `${start.method} ${start.path}`,
+      { kind: SpanKind.SERVER, attributes },
+      parentContext(start.headers),
+    );
     const requestCtx = trace.setSpan(ROOT_CONTEXT, request);
     let pipeline: Span | undefined;
     let pipelineCtx: Context = requestCtx;
@@ -177,7 +183,8 @@ export class Tracing implements PipelineObserver {
           pipeline.setAttribute('llm_d.coordinator.pipeline.step_count', r.stepsStarted.length);
           const exec = executionPath(r.stepsStarted, r.disaggregation);
           if (exec) pipeline.setAttribute('llm_d.coordinator.pipeline.execution_path', exec);
-          if (pipelineFailed || r.errorClass !== undefined) pipeline.setStatus({ code: SpanStatusCode.ERROR, message: r.errorClass ?? 'step failed' });
+          if (pipelineFailed || r.errorClass !== undefined)
+            pipeline.setStatus({ code: SpanStatusCode.ERROR, message: r.errorClass ?? 'step failed' });
           pipeline.end();
         }
         request.setAttribute('llm_d.coordinator.path_taken', r.path);

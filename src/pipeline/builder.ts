@@ -5,7 +5,9 @@ import type { Step, StepDeps } from './step';
 import { STEPS } from '../config/reference';
 
 /** Documented params per built-in step type (top-level names; `quota.prefix` counts as `quota`). */
-const KNOWN_PARAMS: ReadonlyMap<string, ReadonlySet<string>> = new Map(STEPS.map((s) => [s.type, new Set(s.params.map((p) => p.name.split('.')[0]!))]));
+const KNOWN_PARAMS: ReadonlyMap<string, ReadonlySet<string>> = new Map(
+  STEPS.map((s) => [s.type, new Set(s.params.map((p) => p.name.split('.')[0]!))]),
+);
 
 /**
  * Upstream ignores params a step does not read, silently; a typo (`max_paralel`) then looks like

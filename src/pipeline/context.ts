@@ -227,7 +227,8 @@ export class RequestContext {
       for (const [name, value] of Object.entries(this.headers)) {
         // A name or value no HTTP client may send (Envoy never delivers one, a stray ext_proc
         // client might) is dropped rather than failing the side call, and can never inject CRLF.
-        if (!NEVER_FORWARDED.has(name) && !this.relayNames.has(name) && FORWARDABLE_NAME.test(name) && !UNFORWARDABLE_VALUE.test(value)) out[name] = value;
+        if (!NEVER_FORWARDED.has(name) && !this.relayNames.has(name) && FORWARDABLE_NAME.test(name) && !UNFORWARDABLE_VALUE.test(value))
+          out[name] = value;
       }
       // Relayed answers replace client values (which are never sent); the topology goes to decode only.
       for (const [name, value] of Object.entries(this.relayed)) if (name !== HEADER_PEER_TOPOLOGY) out[name] = value;

@@ -24,7 +24,10 @@ export class PayloadTooLargeError extends Error {
  */
 export class TooManyHeadersError extends Error {
   override readonly name = 'TooManyHeadersError';
-  constructor(readonly entries: number, readonly allowed: number) {
+  constructor(
+    readonly entries: number,
+    readonly allowed: number,
+  ) {
     super(`request has too many headers (${entries}); the limit is ${Math.max(0, allowed)}`);
   }
 }
@@ -155,7 +158,5 @@ export function classify(err: unknown, requestId: string): ClassifiedError {
 
 /** The OpenAI-style error body: `{"error":{"message","type","param","code"}}`. */
 export function errorBody(c: ClassifiedError): Buffer {
-  return Buffer.from(
-    JSON.stringify({ error: { message: c.message, type: c.type, param: null, code: c.status } }),
-  );
+  return Buffer.from(JSON.stringify({ error: { message: c.message, type: c.type, param: null, code: c.status } }));
 }

@@ -10,7 +10,13 @@ export interface StepTiming {
 
 export type PipelineOutcome =
   | { readonly kind: 'completed'; readonly timings: StepTiming[] }
-  | { readonly kind: 'responded'; readonly response: StepResponse; readonly cacheHit: boolean; readonly step: string; readonly timings: StepTiming[] }
+  | {
+      readonly kind: 'responded';
+      readonly response: StepResponse;
+      readonly cacheHit: boolean;
+      readonly step: string;
+      readonly timings: StepTiming[];
+    }
   | { readonly kind: 'failed'; readonly error: unknown; readonly step: string; readonly timings: StepTiming[] };
 
 /**

@@ -15,7 +15,6 @@ import { redactBody, redactHeaders } from './redact';
 import { DEFAULT_HEADER_POLICY, invalidHeaderMessage, screenHeaders, type HeaderPolicy, type ScreenedHeaders } from './header-policy';
 import type { Route, Step } from './step';
 
-
 export interface HandlerOptions {
   readonly steps: readonly Step[];
   /** Requests the service answers itself (registered by steps); matched before the inference paths. */
@@ -40,7 +39,6 @@ const JSON_HEADERS = { 'content-type': 'application/json' } as const;
 function round(ms: number): number {
   return Math.round(ms * 100) / 100;
 }
-
 
 function timingMetadata(timings: readonly StepTiming[]): Metadata {
   const stepMs: Record<string, number> = {};
@@ -126,7 +124,8 @@ abstract class BaseExchange implements Exchange {
     const rid = sanitiseRequestId(headers['x-request-id']);
     this.requestId = rid.id;
     this.log = opts.log.child({ 'x-request-id': rid.id });
-    if (rid.rejectedLength !== undefined) this.log.info({ length: rid.rejectedLength }, 'client x-request-id rejected; generated a new one');
+    if (rid.rejectedLength !== undefined)
+      this.log.info({ length: rid.rejectedLength }, 'client x-request-id rejected; generated a new one');
   }
 
   abort(reason: string): void {
@@ -164,7 +163,13 @@ abstract class BaseExchange implements Exchange {
     this.failedWith = { errorClass: c.errorClass, step };
     const extra: Metadata = { ...facts, status: c.status, error_step: step, error_class: c.errorClass };
     if (c.upstreamStatus !== undefined) extra['upstream_status'] = c.upstreamStatus;
-    return { kind: 'respond', status: c.status, headers: { ...JSON_HEADERS }, body: errorBody(c), metadata: this.metadata('error', timings, extra) };
+    return {
+      kind: 'respond',
+      status: c.status,
+      headers: { ...JSON_HEADERS },
+      body: errorBody(c),
+      metadata: this.metadata('error', timings, extra),
+    };
   }
 }
 
@@ -233,7 +238,13 @@ class RouteExchange extends BaseExchange {
         log: this.log,
       });
       const timings = [{ step: 'route', ms: performance.now() - started }];
-      return { kind: 'respond', status: r.status, headers: r.headers, body: r.body, metadata: this.metadata('route', timings, { status: r.status }) };
+      return {
+        kind: 'respond',
+        status: r.status,
+        headers: r.headers,
+        body: r.body,
+        metadata: this.metadata('route', timings, { status: r.status }),
+      };
     } catch (err) {
       return this.failure(err, 'route', [{ step: 'route', ms: performance.now() - started }], {});
     }
@@ -333,7 +344,8 @@ class PipelineExchange extends BaseExchange {
     for (const p of parts) bodyLen += p.length;
     const redacted = redactHeaders(headers);
     this.log.debug({ method: 'POST', path: ctx.originalPath, bodyLen, headers: redacted }, 'request body');
-    if (this.log.isLevelEnabled('trace')) this.log.trace({ method: 'POST', path: ctx.originalPath, headers: redacted, body: redactBody(parts) }, 'request body');
+    if (this.log.isLevelEnabled('trace'))
+      this.log.trace({ method: 'POST', path: ctx.originalPath, headers: redacted, body: redactBody(parts) }, 'request body');
   }
 
   /**
@@ -400,7 +412,13 @@ class PipelineExchange extends BaseExchange {
       case 'completed':
         if (!ctx.decode) {
           // No step produced a decode request: the client's request goes on as it came.
-          return this.withRemovals({ kind: 'forward', setHeaders: { ...ctx.stampedHeaders() }, removeHeaders: [], body: null, metadata: this.metadata('passthrough', outcome.timings, facts) });
+          return this.withRemovals({
+            kind: 'forward',
+            setHeaders: { ...ctx.stampedHeaders() },
+            removeHeaders: [],
+            body: null,
+            metadata: this.metadata('passthrough', outcome.timings, facts),
+          });
         }
         try {
           const parts = ctx.serialize(ctx.body);

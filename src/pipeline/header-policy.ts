@@ -49,7 +49,11 @@ export const GATEWAY_HEADERS: ReadonlyMap<string, GatewayHeaderClass> = new Map<
 ]);
 
 /** A client may never set these, whatever the configuration says: they name a role or a pod. */
-export const NEVER_TRUSTED: ReadonlySet<string> = new Set(['epp-profile', 'x-gateway-destination-endpoint', 'x-gateway-destination-endpoint-subset']);
+export const NEVER_TRUSTED: ReadonlySet<string> = new Set([
+  'epp-profile',
+  'x-gateway-destination-endpoint',
+  'x-gateway-destination-endpoint-subset',
+]);
 
 export interface HeaderPolicy {
   /** Gateway headers a client may set (lower-case), e.g. the SLO headers. Default none. */
@@ -96,8 +100,13 @@ function trustedSet(trusted: readonly string[]): ReadonlySet<string> {
   for (const raw of trusted) {
     const name = raw.trim().toLowerCase();
     if (name === '') continue;
-    if (NEVER_TRUSTED.has(name)) throw new HeaderPolicyError(name, `a header other than ${[...NEVER_TRUSTED].join(', ')} (they name a worker role or pod)`);
-    if (!GATEWAY_HEADERS.has(name)) throw new HeaderPolicyError(name, `one of the gateway headers (${[...GATEWAY_HEADERS.keys()].join(', ')}); any other header already passes`);
+    if (NEVER_TRUSTED.has(name))
+      throw new HeaderPolicyError(name, `a header other than ${[...NEVER_TRUSTED].join(', ')} (they name a worker role or pod)`);
+    if (!GATEWAY_HEADERS.has(name))
+      throw new HeaderPolicyError(
+        name,
+        `one of the gateway headers (${[...GATEWAY_HEADERS.keys()].join(', ')}); any other header already passes`,
+      );
     set.add(name);
   }
   return set;
@@ -105,7 +114,6 @@ function trustedSet(trusted: readonly string[]): ReadonlySet<string> {
 
 /** Space, tab and the visible ASCII characters: what a header value we pass on may contain. */
 const VISIBLE_ASCII = /^[\x20-\x7e\t]*$/;
-
 
 export interface ScreenedHeaders {
   /** The client's headers without the untrusted gateway headers. */

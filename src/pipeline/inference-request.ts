@@ -1,5 +1,10 @@
 /** Which requests the pipeline runs: the inference routes. Every other request passes through. */
-export const INFERENCE_PATHS: ReadonlySet<string> = new Set(['/v1/chat/completions', '/v1/completions', '/v1/responses', '/inference/v1/generate']);
+export const INFERENCE_PATHS: ReadonlySet<string> = new Set([
+  '/v1/chat/completions',
+  '/v1/completions',
+  '/v1/responses',
+  '/inference/v1/generate',
+]);
 
 export function stripQuery(path: string): string {
   const q = path.indexOf('?');

@@ -263,4 +263,3 @@ export function findRawStrings(raw: Rope, min: number): RawString[] {
   }
   return found;
 }
-

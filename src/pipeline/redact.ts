@@ -17,7 +17,14 @@ const MAX_ELEMS = 10;
 /** Nesting below which a value becomes `[truncated]`. */
 const MAX_DEPTH = 32;
 
-const SENSITIVE_HEADERS: ReadonlySet<string> = new Set(['authorization', 'proxy-authorization', 'cookie', 'set-cookie', 'x-api-key', 'x-auth-token']);
+const SENSITIVE_HEADERS: ReadonlySet<string> = new Set([
+  'authorization',
+  'proxy-authorization',
+  'cookie',
+  'set-cookie',
+  'x-api-key',
+  'x-auth-token',
+]);
 
 /** Lower-case names; credentials replaced; long values cut with `...[truncated]`. */
 export function redactHeaders(headers: Readonly<Record<string, string | readonly string[] | undefined>>): Record<string, string> {
@@ -59,7 +66,8 @@ function redactValue(v: unknown, depth: number): unknown {
 
 /** A body as bytes (one buffer or parts): parsed JSON with strings redacted, else the text cut at 200 chars. */
 export function redactBody(body: Buffer | readonly Buffer[] | string): unknown {
-  const text = typeof body === 'string' ? body : Buffer.isBuffer(body) ? body.toString('utf8') : Buffer.concat(body as Buffer[]).toString('utf8');
+  const text =
+    typeof body === 'string' ? body : Buffer.isBuffer(body) ? body.toString('utf8') : Buffer.concat(body as Buffer[]).toString('utf8');
   let parsed: unknown;
   try {
     parsed = JSON.parse(text);

@@ -44,7 +44,8 @@ export function parseForwardResponseHeaders(raw: unknown): string[] {
   if (raw === undefined || raw === null) return [...DEFAULT_FORWARD_RESPONSE_HEADERS];
   if (!Array.isArray(raw)) throw new ConfigError(KEY, 'a list of header names', raw);
   // Each may add a header to the decode request; the header budget reserves room for this many.
-  if (raw.length > MAX_FORWARD_RESPONSE_HEADERS) throw new ConfigError(KEY, `at most ${MAX_FORWARD_RESPONSE_HEADERS} header names`, raw.length);
+  if (raw.length > MAX_FORWARD_RESPONSE_HEADERS)
+    throw new ConfigError(KEY, `at most ${MAX_FORWARD_RESPONSE_HEADERS} header names`, raw.length);
   const seen = new Set<string>();
   raw.forEach((v, i) => {
     if (typeof v !== 'string') throw new ConfigError(`${KEY}[${i}]`, 'a header name', v);

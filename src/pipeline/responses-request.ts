@@ -18,7 +18,13 @@ function isObject(v: unknown): v is JsonObject {
 }
 
 function checkPart(part: unknown): void {
-  if (isObject(part) && typeof part['type'] === 'string' && FILE_PART_TYPES.has(part['type']) && part['file_id'] !== undefined && part['file_id'] !== null) {
+  if (
+    isObject(part) &&
+    typeof part['type'] === 'string' &&
+    FILE_PART_TYPES.has(part['type']) &&
+    part['file_id'] !== undefined &&
+    part['file_id'] !== null
+  ) {
     throw unsupported('file_id');
   }
 }

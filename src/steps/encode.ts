@@ -64,7 +64,12 @@ function imageUrlObjects(body: JsonObject): unknown[] {
 }
 
 /** The encode body for one image, in the resolved format. Never mutates the client body. */
-export function buildEncodeBody(ctx: RequestContext, entry: MultimodalEntry, format: WireFormat, imageUrls: readonly unknown[]): JsonObject {
+export function buildEncodeBody(
+  ctx: RequestContext,
+  entry: MultimodalEntry,
+  format: WireFormat,
+  imageUrls: readonly unknown[],
+): JsonObject {
   const tokenIds = encodeTokenIds(ctx.tokenIds, entry);
   const hashes = { [MODALITY_IMAGE]: [entry.hash ?? ''] };
   const placeholders = { [MODALITY_IMAGE]: [{ offset: 1, length: entry.placeholder?.length ?? 0 }] };
@@ -125,7 +130,11 @@ class EncodeStep implements Step {
     const format = resolveFormat(this.useOpenAIFormat, ctx.originalPath);
     const path = pathForFormat(format);
     const imageUrls =
-      format === 'chat' ? imageUrlObjects(ctx.body) : format === 'responses' ? responsesImageParts(ctx.body).filter((p) => typeof p['image_url'] === 'string') : [];
+      format === 'chat'
+        ? imageUrlObjects(ctx.body)
+        : format === 'responses'
+          ? responsesImageParts(ctx.body).filter((p) => typeof p['image_url'] === 'string')
+          : [];
 
     const answerHeaders: Array<Record<string, string>> = [];
     const results = await this.fanOut(ctx, entries.length, (i, signal) =>
@@ -176,7 +185,10 @@ class EncodeStep implements Step {
     const headers = gatewayLegHeaders(ctx.forwardedHeaders(), ctx.requestId, 'encode');
     const bytes = ctx.serialize(body);
     if (ctx.log.isLevelEnabled('debug')) {
-      ctx.log.debug({ step: ENCODE_STEP, index: i, method: 'POST', path, bodyLen: byteLength(bytes), headers: redactHeaders(headers) }, 'sub-request body');
+      ctx.log.debug(
+        { step: ENCODE_STEP, index: i, method: 'POST', path, bodyLen: byteLength(bytes), headers: redactHeaders(headers) },
+        'sub-request body',
+      );
     }
     const res = await this.gateway.post(path, headers, bytes, {
       step,
@@ -197,7 +209,8 @@ class EncodeStep implements Step {
       throw new UpstreamInvalidError(`${step}: decode response: ${(err as Error).message}`);
     }
     // Upstream decodes into a struct: null is an empty answer, any other non-object a failure.
-    if (answer !== null && !isJsonObject(answer)) throw new UpstreamInvalidError(`${step}: decode response: expected an object, got ${jsonTypeName(answer)}`);
+    if (answer !== null && !isJsonObject(answer))
+      throw new UpstreamInvalidError(`${step}: decode response: expected an object, got ${jsonTypeName(answer)}`);
     return coerceParamsMap(answer?.['ec_transfer_params'], 'ec_transfer_params', ctx.log.child({ index: i }));
   }
 }

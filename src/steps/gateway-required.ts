@@ -7,6 +7,7 @@ import type { StepDeps } from '../pipeline/step';
  * with the missing key named, rather than every request failing later.
  */
 export function requireGateway(step: string, deps: StepDeps): SideCallClient {
-  if (!deps.gateway) throw new ConfigError('gateway.address', `an http:// or https:// URL (the "${step}" step sends its side calls to the gateway)`);
+  if (!deps.gateway)
+    throw new ConfigError('gateway.address', `an http:// or https:// URL (the "${step}" step sends its side calls to the gateway)`);
   return deps.gateway;
 }

@@ -32,9 +32,14 @@ export function pipelineCoverage(types: readonly string[]): PipelineCoverage {
   if (!media) {
     warnings.push(`pipeline has no "${REPLACE_MEDIA_URLS_STEP}" step: chat requests with images get 400 ("${IMAGES_UNSUPPORTED_MESSAGE}")`);
   }
-  if (has('encode') && !media) warnings.push(`pipeline has "encode" but no "${REPLACE_MEDIA_URLS_STEP}": encode never runs (images are refused)`);
-  if (has('encode') && !has('render')) warnings.push('pipeline has "encode" but no "render": encode needs the image hashes render produces, so it never runs');
-  if (media && has('render') && !has('encode')) warnings.push(`pipeline has "${REPLACE_MEDIA_URLS_STEP}" and "render" but no "encode": images are encoded by the prefill (or decode) workers themselves`);
+  if (has('encode') && !media)
+    warnings.push(`pipeline has "encode" but no "${REPLACE_MEDIA_URLS_STEP}": encode never runs (images are refused)`);
+  if (has('encode') && !has('render'))
+    warnings.push('pipeline has "encode" but no "render": encode needs the image hashes render produces, so it never runs');
+  if (media && has('render') && !has('encode'))
+    warnings.push(
+      `pipeline has "${REPLACE_MEDIA_URLS_STEP}" and "render" but no "encode": images are encoded by the prefill (or decode) workers themselves`,
+    );
   const admit = media
     ? undefined
     : (ctx: RequestContext): void => {

@@ -15,7 +15,16 @@ import { requireGateway } from './gateway-required';
 import { isNoPrefillEndpointAnswer } from './no-endpoint';
 import { redactHeaders } from '../pipeline/redact';
 import { byteLength } from './wire';
-import { buildPrefillBody, coerceParamsMap, decodeFirstJsonValue, gatewayLegHeaders, isJsonObject, jsonTypeName, pathForFormat, resolveFormat } from './wire';
+import {
+  buildPrefillBody,
+  coerceParamsMap,
+  decodeFirstJsonValue,
+  gatewayLegHeaders,
+  isJsonObject,
+  jsonTypeName,
+  pathForFormat,
+  resolveFormat,
+} from './wire';
 
 export const PREFILL_STEP = 'prefill';
 
@@ -78,7 +87,10 @@ class PrefillStep implements Step {
     const headers = gatewayLegHeaders(ctx.forwardedHeaders(), ctx.requestId, 'prefill');
     Object.assign(headers, this.kv.prefillHeaders?.(ctx));
     if (ctx.log.isLevelEnabled('debug')) {
-      ctx.log.debug({ step: PREFILL_STEP, method: 'POST', path, bodyLen: byteLength(body), headers: redactHeaders(headers) }, 'request body');
+      ctx.log.debug(
+        { step: PREFILL_STEP, method: 'POST', path, bodyLen: byteLength(body), headers: redactHeaders(headers) },
+        'request body',
+      );
     }
 
     const res = await this.send(ctx, path, headers, body);
@@ -137,12 +149,19 @@ class PrefillStep implements Step {
         });
       } catch (error) {
         if (attempt >= this.retries || ctx.signal.aborted || !retryable({ error })) throw error;
-        ctx.log.warn({ step: PREFILL_STEP, attempt: attempt + 1, err: (error as Error).message }, 'prefill failed; retrying through the gateway');
+        ctx.log.warn(
+          { step: PREFILL_STEP, attempt: attempt + 1, err: (error as Error).message },
+          'prefill failed; retrying through the gateway',
+        );
         continue;
       }
       if (res.status === 200 || attempt >= this.retries || ctx.signal.aborted || !retryable(res)) return res;
       ctx.log.warn({ step: PREFILL_STEP, attempt: attempt + 1, status: res.status }, 'prefill failed; retrying through the gateway');
-      if (ctx.log.isLevelEnabled('debug')) ctx.log.debug({ step: PREFILL_STEP, upstream_body: res.body.toString('utf8') }, 'failed prefill attempt body (not returned to the client)');
+      if (ctx.log.isLevelEnabled('debug'))
+        ctx.log.debug(
+          { step: PREFILL_STEP, upstream_body: res.body.toString('utf8') },
+          'failed prefill attempt body (not returned to the client)',
+        );
     }
   }
 }

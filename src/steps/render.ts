@@ -135,11 +135,13 @@ class RenderStep implements Step {
     // The images were found by replace-media-urls; render must report on exactly those.
     const entries = ctx.multimodalEntries;
     const expected = entries.length;
-    if (res.hashes.length !== expected) throw new UpstreamInvalidError(`render returned ${res.hashes.length} mm_hashes but expected ${expected}`);
+    if (res.hashes.length !== expected)
+      throw new UpstreamInvalidError(`render returned ${res.hashes.length} mm_hashes but expected ${expected}`);
     if (res.placeholders.length !== expected) {
       throw new UpstreamInvalidError(`render returned ${res.placeholders.length} mm_placeholders but expected ${expected}`);
     }
-    if (res.kwargs.length !== expected) throw new UpstreamInvalidError(`render returned ${res.kwargs.length} kwargs_data but expected ${expected}`);
+    if (res.kwargs.length !== expected)
+      throw new UpstreamInvalidError(`render returned ${res.kwargs.length} kwargs_data but expected ${expected}`);
     for (let i = 0; i < expected; i++) {
       const e = entries[i]!;
       e.hash = res.hashes[i]!;

@@ -44,7 +44,8 @@ function stringListParam(step: string, params: StepParams, key: string): string[
   // A bare string is refused rather than read as one entry: a typo must not silently turn a
   // security allowlist into something other than what the operator wrote.
   if (!Array.isArray(v)) throw new ConfigError(`${step}.params.${key}`, 'a list of strings', v);
-  for (const item of v) if (typeof item !== 'string') throw new ConfigError(`${step}.params.${key}`, 'a list of strings (every entry a string)', item);
+  for (const item of v)
+    if (typeof item !== 'string') throw new ConfigError(`${step}.params.${key}`, 'a list of strings (every entry a string)', item);
   return v as string[];
 }
 
@@ -54,7 +55,8 @@ export function readReplaceMediaUrlsConfig(params: StepParams): ReplaceMediaUrls
   const p = new ParamReader(s, params);
   const downloadTimeoutMs = p.durationMs('download_timeout', 10_000);
   // Go reads 0 as "no timeout"; a download must always be bounded here.
-  if (downloadTimeoutMs <= 0) throw new ConfigError(`${s}.params.download_timeout`, 'a positive duration such as "10s"', params['download_timeout']);
+  if (downloadTimeoutMs <= 0)
+    throw new ConfigError(`${s}.params.download_timeout`, 'a positive duration such as "10s"', params['download_timeout']);
   const ranges = stringListParam(s, params, 'allowed_ip_ranges').map((text) => {
     const r = parseRange(text);
     if (!r) throw new ConfigError(`${s}.params.allowed_ip_ranges`, 'CIDR ranges such as "127.0.0.1/32"', text);
@@ -148,7 +150,8 @@ function collectResponsesImageRefs(body: JsonObject): ImageRef[] {
     (item['content'] as unknown[]).forEach((part, p) => {
       if (!isJsonObject(part) || part['type'] !== RESPONSES_IMAGE_PART) return;
       const url = part['image_url'];
-      if (typeof url !== 'string') throw new BadRequestError(`input[${m}].content[${p}].image_url must be a string, got ${jsonTypeName(url)}`);
+      if (typeof url !== 'string')
+        throw new BadRequestError(`input[${m}].content[${p}].image_url must be a string, got ${jsonTypeName(url)}`);
       refs.push({ message: m, part: p, url, holder: part, key: 'image_url' });
     });
   });
@@ -274,7 +277,10 @@ export function replaceMediaUrlsStepFactory(network: MediaNetwork = {}): StepFac
   return (params: StepParams, deps: StepDeps): Step => {
     const cfg = readReplaceMediaUrlsConfig(params);
     if (cfg.allowedIpRanges.length > 0) {
-      deps.log.warn({ step: REPLACE_MEDIA_URLS_STEP, ranges: params['allowed_ip_ranges'] }, 'media downloads: SSRF guard exemptions configured (allowed_ip_ranges)');
+      deps.log.warn(
+        { step: REPLACE_MEDIA_URLS_STEP, ranges: params['allowed_ip_ranges'] },
+        'media downloads: SSRF guard exemptions configured (allowed_ip_ranges)',
+      );
     }
     const downloader = new MediaDownloader({
       guard: new AddressGuard({ allowPrivateNetworks: cfg.allowPrivateNetworks, allowedRanges: cfg.allowedIpRanges }),

@@ -23,7 +23,7 @@ import {
 import { ensureEnvoy } from '../../launch/envoy';
 import { allowedMatches, PIPELINE_PATHS, REFUSED_PATH_BODY } from '../../launch/path-policy';
 
-type Json = Record<string, any>;  
+type Json = Record<string, any>;
 
 const OPTS: TopologyOptions = {
   endpoints: [
@@ -31,7 +31,14 @@ const OPTS: TopologyOptions = {
     { name: 'pre-0', role: 'prefill', address: '10.0.0.12', port: 8000, labels: { job: 'slurm-42' } },
     { name: 'dec-0', role: 'decode', address: '10.0.0.13', port: 8000 },
   ],
-  envoy: { publicAddress: '0.0.0.0', publicPort: 8080, gatewayPort: 8081, adminPort: 19000, coordinatorAddress: '127.0.0.1:50051', eppAddress: '127.0.0.1:9002' },
+  envoy: {
+    publicAddress: '0.0.0.0',
+    publicPort: 8080,
+    gatewayPort: 8081,
+    adminPort: 19000,
+    coordinatorAddress: '127.0.0.1:50051',
+    eppAddress: '127.0.0.1:9002',
+  },
 };
 
 let envoyBin: string | undefined;
@@ -54,7 +61,9 @@ describe('no-Kubernetes topology files (launch/epp-topology.ts)', () => {
   afterAll(() => rmSync(dir, { recursive: true, force: true }));
 
   const hcm = (listener: string): Json =>
-    (envoy['static_resources']['listeners'] as Json[]).find((l) => l['name'] === listener)!['filter_chains'][0]['filters'][0]['typed_config'];
+    (envoy['static_resources']['listeners'] as Json[]).find((l) => l['name'] === listener)!['filter_chains'][0]['filters'][0][
+      'typed_config'
+    ];
 
   test('endpoints file: one entry per worker, the role as the llm-d.ai/role label, ports as strings', () => {
     const doc = yaml.load(readFileSync(join(dir, 'endpoints.yaml'), 'utf8')) as Json;
@@ -76,8 +85,13 @@ describe('no-Kubernetes topology files (launch/epp-topology.ts)', () => {
     const file = (epp['plugins'] as Json[]).find((p) => p['type'] === 'file-discovery')!;
     expect(file['parameters']).toEqual({ path: join(dir, 'endpoints.yaml'), watchFile: false });
     expect(epp['dataLayer']).toEqual({ discovery: { pluginRef: 'file-discovery' } });
-    expect((epp['plugins'] as Json[]).find((p) => p['type'] === 'header-profile-handler')!['parameters']).toEqual({ headerName: 'epp-profile', defaultProfile: 'decode' });
-    const profiles = Object.fromEntries((epp['schedulingProfiles'] as Json[]).map((p) => [p['name'], (p['plugins'] as Json[]).map((x) => x['pluginRef'])]));
+    expect((epp['plugins'] as Json[]).find((p) => p['type'] === 'header-profile-handler')!['parameters']).toEqual({
+      headerName: 'epp-profile',
+      defaultProfile: 'decode',
+    });
+    const profiles = Object.fromEntries(
+      (epp['schedulingProfiles'] as Json[]).map((p) => [p['name'], (p['plugins'] as Json[]).map((x) => x['pluginRef'])]),
+    );
     expect(profiles).toEqual({
       encode: ['encode-filter', 'max-score-picker'],
       prefill: ['prefill-filter', 'queue-scorer', 'max-score-picker'],
@@ -88,9 +102,14 @@ describe('no-Kubernetes topology files (launch/epp-topology.ts)', () => {
     expect((plain['plugins'] as Json[]).find((p) => p['type'] === 'file-discovery')!['parameters']['watchFile']).toBe(true);
   });
 
-  test('Envoy public listener: strip client routing headers, then our filter, then the EPP\'s, in one chain to ORIGINAL_DST', () => {
+  test("Envoy public listener: strip client routing headers, then our filter, then the EPP's, in one chain to ORIGINAL_DST", () => {
     const pub = hcm('public');
-    expect((pub['http_filters'] as Json[]).map((f) => f['name'])).toEqual(['strip-routing-headers', 'epd-coordinator', 'epp.ext_proc', 'envoy.filters.http.router']);
+    expect((pub['http_filters'] as Json[]).map((f) => f['name'])).toEqual([
+      'strip-routing-headers',
+      'epd-coordinator',
+      'epp.ext_proc',
+      'envoy.filters.http.router',
+    ]);
     const stripped = (pub['http_filters'][0]['typed_config']['mutations']['request_mutations'] as Json[]).map((m) => m['remove']);
     expect(stripped).toEqual(expect.arrayContaining(['epp-profile', 'x-gateway-destination-endpoint', 'prefer', 'x-llm-d-pin-host-port']));
     const routes = pub['route_config']['virtual_hosts'][0]['routes'] as Json[];
@@ -105,18 +124,29 @@ describe('no-Kubernetes topology files (launch/epp-topology.ts)', () => {
     expect(Object.keys(refused['typed_per_filter_config'])).toEqual(['epd-coordinator', 'epp.ext_proc']);
     expect(pub['request_timeout']).toBe('0s');
     const odst = (envoy['static_resources']['clusters'] as Json[]).find((c) => c['name'] === 'original_destination_cluster')!;
-    expect(odst).toMatchObject({ type: 'ORIGINAL_DST', lb_policy: 'CLUSTER_PROVIDED', original_dst_lb_config: { use_http_header: true, http_header_name: 'x-gateway-destination-endpoint' } });
+    expect(odst).toMatchObject({
+      type: 'ORIGINAL_DST',
+      lb_policy: 'CLUSTER_PROVIDED',
+      original_dst_lb_config: { use_http_header: true, http_header_name: 'x-gateway-destination-endpoint' },
+    });
   });
 
-  test('Envoy async listener (llm-d-async\'s entry): only with asyncPort; loopback; the public chain for the pipeline\'s paths; our streams carry the processor origin', () => {
+  test("Envoy async listener (llm-d-async's entry): only with asyncPort; loopback; the public chain for the pipeline's paths; our streams carry the processor origin", () => {
     const listeners = (doc: Json): Json[] => doc['static_resources']['listeners'] as Json[];
     expect(listeners(envoy).map((l) => l['name'])).toEqual(['public', 'gateway']);
     const withAsync = yaml.load(renderEnvoyConfig({ ...OPTS.envoy, accessLogPath: '/dev/stdout', asyncPort: 8084 })) as Json;
     const entry = listeners(withAsync).find((l) => l['name'] === 'async')!;
     expect(entry['address']['socket_address']).toEqual({ address: '127.0.0.1', port_value: 8084 });
     const h = entry['filter_chains'][0]['filters'][0]['typed_config'];
-    expect((h['http_filters'] as Json[]).map((f) => f['name'])).toEqual(['strip-routing-headers', 'epd-coordinator', 'epp.ext_proc', 'envoy.filters.http.router']);
-    expect(h['http_filters'][1]['typed_config']['grpc_service']['initial_metadata']).toEqual([{ key: 'x-epd-origin', value: 'async-processor' }]);
+    expect((h['http_filters'] as Json[]).map((f) => f['name'])).toEqual([
+      'strip-routing-headers',
+      'epd-coordinator',
+      'epp.ext_proc',
+      'envoy.filters.http.router',
+    ]);
+    expect(h['http_filters'][1]['typed_config']['grpc_service']['initial_metadata']).toEqual([
+      { key: 'x-epd-origin', value: 'async-processor' },
+    ]);
     // The public listener's streams never carry it.
     const pub = listeners(withAsync).find((l) => l['name'] === 'public')!['filter_chains'][0]['filters'][0]['typed_config'];
     expect(pub['http_filters'][1]['typed_config']['grpc_service']['initial_metadata']).toBeUndefined();
@@ -125,7 +155,7 @@ describe('no-Kubernetes topology files (launch/epp-topology.ts)', () => {
     expect(routes[routes.length - 1]).toMatchObject({ match: { prefix: '/' }, direct_response: { status: 404 } });
   });
 
-  test('Envoy gateway listener (side calls): the EPP\'s filter alone, loopback, 400 without epp-profile', () => {
+  test("Envoy gateway listener (side calls): the EPP's filter alone, loopback, 400 without epp-profile", () => {
     const gw = (envoy['static_resources']['listeners'] as Json[]).find((l) => l['name'] === 'gateway')!;
     expect(gw['address']['socket_address']['address']).toBe('127.0.0.1');
     const h = hcm('gateway');
@@ -145,19 +175,29 @@ describe('no-Kubernetes topology files (launch/epp-topology.ts)', () => {
     }
     expect(accessLogFormat('public')).toContain('path_taken=%DYNAMIC_METADATA(epd.coordinator:path_taken)%');
     expect(accessLogFormat('gateway')).not.toContain('DYNAMIC_METADATA');
-    const line = '[envoy] listener=gateway start=2026-12-01T10:00:00.000Z method=POST path=/v1/chat/completions code=412 upstream=- prefiller=- epp-profile=decode id=r-1 dur=3';
+    const line =
+      '[envoy] listener=gateway start=2026-12-01T10:00:00.000Z method=POST path=/v1/chat/completions code=412 upstream=- prefiller=- epp-profile=decode id=r-1 dur=3';
     expect(parseAccessLogLine(line)).toMatchObject({ listener: 'gateway', code: '412', upstream: '-', 'epp-profile': 'decode', id: 'r-1' });
     expect(parseAccessLogLine('[2026-12-01 ...][info] something else')).toBeNull();
   });
 
   test('readiness gauge: llm_d_epp_ready_endpoints summed over label sets; absent is undefined', () => {
-    const text = '# HELP llm_d_epp_ready_endpoints x\n# TYPE llm_d_epp_ready_endpoints gauge\nllm_d_epp_ready_endpoints{name="local-epd"} 3\ninference_pool_ready_pods{name="local-epd"} 3\n';
+    const text =
+      '# HELP llm_d_epp_ready_endpoints x\n# TYPE llm_d_epp_ready_endpoints gauge\nllm_d_epp_ready_endpoints{name="local-epd"} 3\ninference_pool_ready_pods{name="local-epd"} 3\n';
     expect(readyEndpointsGauge(text)).toBe(3);
     expect(readyEndpointsGauge('inference_pool_ready_pods 3\n')).toBeUndefined();
   });
 
   test('CLI arguments: workers by role, and refusal of a missing --out or a bad address', () => {
-    const { dir: out, opts } = parseCliArgs(['--out', '/tmp/x', '--decode', 'dec-0=10.0.0.13:8000', '--epp', '127.0.0.1:9102', '--watch-file']);
+    const { dir: out, opts } = parseCliArgs([
+      '--out',
+      '/tmp/x',
+      '--decode',
+      'dec-0=10.0.0.13:8000',
+      '--epp',
+      '127.0.0.1:9102',
+      '--watch-file',
+    ]);
     expect(out).toBe('/tmp/x');
     expect(opts.endpoints).toEqual([{ name: 'dec-0', role: 'decode', address: '10.0.0.13', port: 8000 }]);
     expect(opts.envoy.eppAddress).toBe('127.0.0.1:9102');
@@ -173,7 +213,9 @@ describe('no-Kubernetes topology files (launch/epp-topology.ts)', () => {
       return m ? m[1]! : `(no ${file} block)`;
     };
     const { opts } = parseCliArgs(
-      '--out /run/epd --encode vllm-e-0=10.0.0.11:8000 --prefill vllm-p-0=10.0.0.12:8000 --decode vllm-d-0=10.0.0.13:8000 --decode vllm-d-1=10.0.0.14:8000 --access-log /dev/stdout'.split(' '),
+      '--out /run/epd --encode vllm-e-0=10.0.0.11:8000 --prefill vllm-p-0=10.0.0.12:8000 --decode vllm-d-0=10.0.0.13:8000 --decode vllm-d-1=10.0.0.14:8000 --access-log /dev/stdout'.split(
+        ' ',
+      ),
     );
     expect(shown('endpoints.yaml')).toBe(renderEndpointsFile(opts.endpoints));
     expect(shown('epp.yaml')).toBe(renderEppConfig({ endpointsPath: '/run/epd/endpoints.yaml', watchFile: false }));
@@ -183,18 +225,28 @@ describe('no-Kubernetes topology files (launch/epp-topology.ts)', () => {
   const validateTitle = 'Envoy accepts the generated Envoy config (envoy --mode validate)';
   (envoyBin ? test : test.skip)(envoyBin ? validateTitle : `${validateTitle} (skipped: no Envoy binary)`, () => {
     // The default files, and the Envoy config with the async processor's entry.
-    writeFileSync(join(dir, 'envoy-async.yaml'), renderEnvoyConfig({ ...OPTS.envoy, accessLogPath: join(dir, 'access.log'), asyncPort: 8084 }));
+    writeFileSync(
+      join(dir, 'envoy-async.yaml'),
+      renderEnvoyConfig({ ...OPTS.envoy, accessLogPath: join(dir, 'access.log'), asyncPort: 8084 }),
+    );
     for (const file of ['envoy.yaml', 'envoy-async.yaml']) {
       const logFile = join(dir, `validate-${file}.log`);
       const fd = openSync(logFile, 'w');
       let status: number | null;
       try {
-        status = spawnSync(envoyBin!, ['--mode', 'validate', '-c', join(dir, file), '--log-level', 'warn'], { stdio: ['ignore', fd, fd], timeout: 60_000 }).status;
+        status = spawnSync(envoyBin!, ['--mode', 'validate', '-c', join(dir, file), '--log-level', 'warn'], {
+          stdio: ['ignore', fd, fd],
+          timeout: 60_000,
+        }).status;
       } finally {
         closeSync(fd);
       }
       // Warnings (deprecated fields) count as failures too: the file is meant to be copied as it is.
-      expect({ file, status, out: readFileSync(logFile, 'utf8').slice(-3000) }).toEqual({ file, status: 0, out: expect.not.stringMatching(/\]\[(warning|error|critical)\]/) });
+      expect({ file, status, out: readFileSync(logFile, 'utf8').slice(-3000) }).toEqual({
+        file,
+        status: 0,
+        out: expect.not.stringMatching(/\]\[(warning|error|critical)\]/),
+      });
     }
   });
 });

@@ -28,7 +28,13 @@ let redisServer: RedisServer;
 let stack: Stack;
 let ap: TestAsyncProcessor;
 
-async function call(method: string, path: string, headers: Record<string, string> = {}, body?: unknown, base = stack.publicUrl): Promise<Answer> {
+async function call(
+  method: string,
+  path: string,
+  headers: Record<string, string> = {},
+  body?: unknown,
+  base = stack.publicUrl,
+): Promise<Answer> {
   const res = await request(base + path, {
     method: method as 'GET',
     headers: body === undefined ? headers : { 'content-type': 'application/json', ...headers },
@@ -49,7 +55,12 @@ async function call(method: string, path: string, headers: Record<string, string
 
 const chat = (content: string) => ({ model: MODEL, messages: [{ role: 'user', content }], max_tokens: 20 });
 const post = (mode: string | undefined, id: string, content: string, more: Record<string, string> = {}) =>
-  call('POST', '/v1/chat/completions', { 'x-request-id': id, 'x-team': 'acme', ...(mode ? { 'x-ap-mode': mode } : {}), ...more }, chat(content));
+  call(
+    'POST',
+    '/v1/chat/completions',
+    { 'x-request-id': id, 'x-team': 'acme', ...(mode ? { 'x-ap-mode': mode } : {}), ...more },
+    chat(content),
+  );
 const fetchResult = (id: string, tenant = 'acme') => call('GET', `/v1/requests/${id}`, { 'x-team': tenant });
 
 /** Decode legs that carried this prompt. */
@@ -107,7 +118,12 @@ test('enqueue -> 202 -> the processor dispatches through Envoy into the pipeline
     const env = JSON.parse(member!);
     expect(Object.keys(env)).toEqual(['internal', 'request_kind', 'data']);
     expect(env.internal.result_queue_name).toBe(`results:req:acme:${id}`);
-    expect(env.data).toMatchObject({ id: `acme:${id}`, endpoint: '/v1/chat/completions', metadata: { userid: 'acme' }, payload: chat('queued hello') });
+    expect(env.data).toMatchObject({
+      id: `acme:${id}`,
+      endpoint: '/v1/chat/completions',
+      metadata: { userid: 'acme' },
+      payload: chat('queued hello'),
+    });
     expect(Number(score)).toBe(env.data.deadline);
     expect(await c.get(`request-active:acme:${id}`)).toBe(env.internal.request_token);
   } finally {
@@ -217,7 +233,11 @@ test('a deadline passed in the queue -> no dispatch, GET 410', async () => {
 
 test('quota: limit 2, three concurrent passthrough requests -> the third is overflow at the worker', async () => {
   const tag = nextId();
-  const rs = await Promise.all([1, 2, 3].map((i) => post('passthrough', `${tag}-${i}`, `quota ${tag} ${i}`, { 'x-team': 'quota-team', 'x-llm-d-inference-objective': 'self-assigned' })));
+  const rs = await Promise.all(
+    [1, 2, 3].map((i) =>
+      post('passthrough', `${tag}-${i}`, `quota ${tag} ${i}`, { 'x-team': 'quota-team', 'x-llm-d-inference-objective': 'self-assigned' }),
+    ),
+  );
   expect(rs.map((r) => r.status)).toEqual([200, 200, 200]);
   const objectives = [1, 2, 3].map((i) => decodesOf(`quota ${tag} ${i}`)[0]!.headers['x-llm-d-inference-objective']).sort();
   expect(objectives).toEqual(['interactive-overflow', 'interactive-reserved', 'interactive-reserved']);
@@ -237,10 +257,15 @@ test('Redis stopped: passthrough still succeeds, enqueue 503; after a restart en
     await redisServer.restart();
   }
   let last = 0;
-  await waitUntil(async () => (last = (await post('enqueue', nextId(), 'back again')).status) === 202, `enqueue to work again (last ${last})`, 15_000, 200);
+  await waitUntil(
+    async () => (last = (await post('enqueue', nextId(), 'back again')).status) === 202,
+    `enqueue to work again (last ${last})`,
+    15_000,
+    200,
+  );
 }, 60_000);
 
-test('trust boundary: a client fairness id or objective never reaches a worker; the processor\'s stamp through its own entry does', async () => {
+test("trust boundary: a client fairness id or objective never reaches a worker; the processor's stamp through its own entry does", async () => {
   // Everything a client could try, the origin marker as an HTTP header included (the real one is gRPC metadata).
   const spoof = {
     'x-llm-d-inference-fairness-id': 'spoofed',
@@ -277,10 +302,21 @@ test('trust boundary: a client fairness id or objective never reaches a worker; 
 
   // The entry trusts only the configured headers (not the deprecated fairness alias), and only
   // serves the pipeline's paths.
-  const direct = await call('POST', '/v1/chat/completions', { 'x-request-id': nextId(), ...spoof }, chat('direct to the entry'), stack.asyncUrl);
+  const direct = await call(
+    'POST',
+    '/v1/chat/completions',
+    { 'x-request-id': nextId(), ...spoof },
+    chat('direct to the entry'),
+    stack.asyncUrl,
+  );
   expect(direct.status).toBe(200);
   for (const leg of legsOf('direct to the entry')) {
-    expect(gatewayHeaders(leg)).toEqual({ fairness: 'spoofed', fairnessOld: undefined, objective: 'self-assigned', objectiveOld: 'self-assigned' });
+    expect(gatewayHeaders(leg)).toEqual({
+      fairness: 'spoofed',
+      fairnessOld: undefined,
+      objective: 'self-assigned',
+      objectiveOld: 'self-assigned',
+    });
   }
   expect((await call('GET', '/v1/models', {}, undefined, stack.asyncUrl)).status).toBe(404);
 });

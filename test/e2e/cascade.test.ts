@@ -108,7 +108,13 @@ describe.each(['full_duplex', 'buffered'] as const)('cascade through Envoy (%s)'
     expect(prefill.headers['x-request-id']).toBe(id);
 
     const decode = only(stack.sims.decode.requests);
-    expect(decode.json).toMatchObject({ max_tokens: 7, min_tokens: 2, stream: true, stream_options: { include_usage: true }, temperature: 0.5 });
+    expect(decode.json).toMatchObject({
+      max_tokens: 7,
+      min_tokens: 2,
+      stream: true,
+      stream_options: { include_usage: true },
+      temperature: 0.5,
+    });
     expect(decode.headers['epp-profile']).toBe('decode');
     expect(decode.headers['x-request-id']).toBe(id);
   });
@@ -179,7 +185,7 @@ describe.each(['full_duplex', 'buffered'] as const)('cascade through Envoy (%s)'
     expect(decode.json).not.toHaveProperty('kv_transfer_params');
   });
 
-  it('a body above Envoy\'s default 1 MiB buffer passes', async () => {
+  it("a body above Envoy's default 1 MiB buffer passes", async () => {
     const prompt = Array.from({ length: 300_000 }, (_, i) => (i % 50000) + 1);
     const body = JSON.stringify({ model: MODEL, prompt, max_tokens: 2 });
     expect(body.length).toBeGreaterThan(1024 * 1024);
@@ -222,7 +228,13 @@ describe.each(['full_duplex', 'buffered'] as const)('cascade through Envoy (%s)'
     expect(res.json).toMatchObject({ error: { type: 'api_error', code: 502 } });
     expect(stack.sims.decode.requests).toHaveLength(0);
     const line = await stack.accessLog.waitFor((e) => e.listener === 'public' && e.x_request_id === id);
-    expect(line).toMatchObject({ response_code: 502, path_taken: 'error', error_step: 'prefill', error_class: 'upstream_5xx', upstream_status: 500 });
+    expect(line).toMatchObject({
+      response_code: 502,
+      path_taken: 'error',
+      error_step: 'prefill',
+      error_class: 'upstream_5xx',
+      upstream_status: 500,
+    });
   });
 
   it('prefill 400: the client gets 400', async () => {
@@ -277,14 +289,23 @@ describe.each(['full_duplex', 'buffered'] as const)('cascade through Envoy (%s)'
     );
     expect(res.status).toBe(200);
     const line = await stack.accessLog.waitFor((e) => e.listener === 'public' && e.x_request_id === id);
-    expect(line).toMatchObject({ request_id: id, path_taken: 'cascade', response_code: 200, epp_profile: 'decode', method: 'POST', path: '/v1/chat/completions' });
+    expect(line).toMatchObject({
+      request_id: id,
+      path_taken: 'cascade',
+      response_code: 200,
+      epp_profile: 'decode',
+      method: 'POST',
+      path: '/v1/chat/completions',
+    });
     expect(line.upstream_host).toBe(`127.0.0.1:${stack.sims.decode.port}`);
     expect(Object.keys(line.step_ms ?? {})).toEqual(expect.arrayContaining(['render', 'prefill', 'decode']));
     for (const ms of Object.values(line.step_ms ?? {})) expect(ms).toBeGreaterThanOrEqual(0);
     expect(line.steps).toMatch(/^render:[\d.]+,prefill:[\d.]+,decode:[\d.]+$/);
     expect(typeof line.token_count).toBe('number');
     // The side calls are logged by the gateway listener under the same id.
-    const prefillLine = await stack.accessLog.waitFor((e) => e.listener === 'gateway' && e.x_request_id === id && e.epp_profile === 'prefill');
+    const prefillLine = await stack.accessLog.waitFor(
+      (e) => e.listener === 'gateway' && e.x_request_id === id && e.epp_profile === 'prefill',
+    );
     expect(prefillLine).toMatchObject({ response_code: 200, upstream_host: `127.0.0.1:${stack.sims.prefill.port}` });
   });
 });

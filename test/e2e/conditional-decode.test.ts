@@ -159,7 +159,9 @@ describe('conditional decode through Envoy (full_duplex)', () => {
 
   it('a non-412 error from the probe reaches the client with its status and body; no cascade', async () => {
     const id = nextId();
-    stack.sims.decode.setFaults([{ match: { profile: 'decode' }, status: 503, body: '{"error":{"message":"decode pool overloaded"}}', times: 1 }]);
+    stack.sims.decode.setFaults([
+      { match: { profile: 'decode' }, status: 503, body: '{"error":{"message":"decode pool overloaded"}}', times: 1 },
+    ]);
     const res = await client.post('/v1/chat/completions', chat('any prompt at all'), { headers: { 'x-request-id': id } });
     expect(res.status).toBe(503);
     expect(res.json).toEqual({ error: { message: 'decode pool overloaded' } });

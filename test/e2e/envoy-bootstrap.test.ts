@@ -7,12 +7,7 @@ import { closeSync, mkdtempSync, openSync, readFileSync, rmSync } from 'node:fs'
 import { createServer, type IncomingMessage, type Server } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import {
-  COMMITTED_BOOTSTRAPS,
-  EnvoyBootstrapError,
-  renderEnvoyBootstrap,
-  type EnvoyBodyMode,
-} from '../../launch/envoy-bootstrap';
+import { COMMITTED_BOOTSTRAPS, EnvoyBootstrapError, renderEnvoyBootstrap, type EnvoyBodyMode } from '../../launch/envoy-bootstrap';
 import { AccessLog } from '../support/access-log';
 import { ensureEnvoy, startEnvoy, type EnvoyHandle } from '../../launch/envoy';
 

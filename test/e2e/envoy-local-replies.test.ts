@@ -31,7 +31,12 @@ describe.each(['full_duplex', 'buffered'] as const)("Envoy's local replies (%s)"
       const res = await client.post('/v1/completions', PLAIN, { headers: { 'x-request-id': 'down-1' } });
       expectOpenAiError(res, 503);
       expect(res.json).toEqual({
-        error: { message: expect.stringMatching(/^upstream connect error .* \(request_id: down-1\)$/), type: 'upstream_error', param: null, code: 503 },
+        error: {
+          message: expect.stringMatching(/^upstream connect error .* \(request_id: down-1\)$/),
+          type: 'upstream_error',
+          param: null,
+          code: 503,
+        },
       });
     } finally {
       sims.decode = await startSimulator({ name: decode.name, role: decode.role, port: decode.port });

@@ -44,13 +44,20 @@ describe.each([
           switch (kind) {
             case 'request_headers':
               // Body modes are copied verbatim from an override: keep the request's own.
-              call.write({ request_headers: {}, mode_override: { ...requestModes, response_header_mode: 'SEND', response_body_mode: 'NONE', response_trailer_mode: 'SKIP' } });
+              call.write({
+                request_headers: {},
+                mode_override: { ...requestModes, response_header_mode: 'SEND', response_body_mode: 'NONE', response_trailer_mode: 'SKIP' },
+              });
               return;
             case 'request_body': {
               const b = m['request_body'] as { body: Buffer; end_of_stream: boolean };
               call.write(
                 bodyMode === 'full_duplex'
-                  ? { request_body: { response: { body_mutation: { streamed_response: { body: b.body, end_of_stream: b.end_of_stream } } } } }
+                  ? {
+                      request_body: {
+                        response: { body_mutation: { streamed_response: { body: b.body, end_of_stream: b.end_of_stream } } },
+                      },
+                    }
                   : { request_body: {} },
               );
               return;
@@ -74,7 +81,13 @@ describe.each([
     const workerAddr = `127.0.0.1:${(worker.address() as AddressInfo).port}`;
     envoy = await startEnvoy({
       dir: mkdtempSync(join(tmpdir(), 'envoy-mode-override-')),
-      bootstrap: { bodyMode, extProcAddress: `127.0.0.1:${port}`, encodeAddress: workerAddr, prefillAddress: workerAddr, decodeAddress: workerAddr },
+      bootstrap: {
+        bodyMode,
+        extProcAddress: `127.0.0.1:${port}`,
+        encodeAddress: workerAddr,
+        prefillAddress: workerAddr,
+        decodeAddress: workerAddr,
+      },
       editConfig: (yaml) => {
         const out = yaml.replace(/( +)message_timeout: 600s\n/, (line, indent: string) => `${line}${indent}allow_mode_override: true\n`);
         if (out === yaml) throw new Error('bootstrap changed: no message_timeout line to anchor allow_mode_override');

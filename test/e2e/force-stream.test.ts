@@ -28,7 +28,8 @@ describe.each(['full_duplex', 'buffered'] as const)('force_stream through Envoy 
   let client: TestClient;
   const metrics = async (): Promise<string> => (await httpGet(`http://127.0.0.1:${stack.service.metricsPort}/metrics`)).body;
   /** ext_proc messages of one kind the service received from Envoy so far. */
-  const received = async (message: string): Promise<number> => sample(await metrics(), 'epd_coordinator_extproc_messages_total', { message });
+  const received = async (message: string): Promise<number> =>
+    sample(await metrics(), 'epd_coordinator_extproc_messages_total', { message });
   /** Messages Envoy's own ext_proc filter sent the service so far (its counter, all kinds). */
   const sentByEnvoy = async (): Promise<number> => (await stack.envoy.stats('ext_proc'))['http.public.ext_proc.stream_msgs_sent'] ?? 0;
 
@@ -37,7 +38,9 @@ describe.each(['full_duplex', 'buffered'] as const)('force_stream through Envoy 
       bodyMode,
       simulator: { interTokenLatencyMs: 5 },
       steps: (urls) =>
-        defaultSteps(urls).map((s) => (s.type === 'decode' ? { type: 'decode', params: { force_stream: true, force_stream_max_request_size: '64KiB' } } : s)),
+        defaultSteps(urls).map((s) =>
+          s.type === 'decode' ? { type: 'decode', params: { force_stream: true, force_stream_max_request_size: '64KiB' } } : s,
+        ),
     });
     client = new TestClient(stack.publicUrl);
   });
@@ -76,7 +79,11 @@ describe.each(['full_duplex', 'buffered'] as const)('force_stream through Envoy 
   });
 
   it('generate, non-streaming: the buffered path reserves, reassembles token ids and releases', async () => {
-    const res = await client.post('/inference/v1/generate', { model: MODEL, token_ids: [5, 6, 7, 8], sampling_params: { max_tokens: 3, temperature: 0 } });
+    const res = await client.post('/inference/v1/generate', {
+      model: MODEL,
+      token_ids: [5, 6, 7, 8],
+      sampling_params: { max_tokens: 3, temperature: 0 },
+    });
     expect(res.status).toBe(200);
     expect(res.json).toMatchObject({ prompt_logprobs: null, kv_transfer_params: null });
     expect(at(res.json, 'choices', 0, 'token_ids')).toEqual([5, 6, 7]);

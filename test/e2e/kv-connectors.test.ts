@@ -43,7 +43,7 @@ describe.each(['full_duplex', 'buffered'] as const)('KV connectors through Envoy
     });
     beforeEach(() => stack.reset());
 
-    it('prefill gets explicit nulls; decode gets the prefill answer\'s params', async () => {
+    it("prefill gets explicit nulls; decode gets the prefill answer's params", async () => {
       const res = await client.post('/v1/chat/completions', chat);
       expect(res.status).toBe(200);
       expect(kvOf(stack.sims.prefill.requests)).toEqual({

@@ -40,7 +40,12 @@ function chat(...urls: string[]) {
   return {
     model: MODEL,
     max_tokens: 5,
-    messages: [{ role: 'user', content: [{ type: 'text', text: 'what is in the picture' }, ...urls.map((url) => ({ type: 'image_url', image_url: { url } }))] }],
+    messages: [
+      {
+        role: 'user',
+        content: [{ type: 'text', text: 'what is in the picture' }, ...urls.map((url) => ({ type: 'image_url', image_url: { url } }))],
+      },
+    ],
   };
 }
 
@@ -163,13 +168,17 @@ describe.each(['full_duplex', 'buffered'] as const)('multimodal through Envoy (%
     // Each encode answer is held, so calls that overlap are visible in Envoy's access log.
     local.sims.encode.setFaults([{ delayMs: 300 }]);
     const three = nextId();
-    const r3 = await toLocal.post('/v1/chat/completions', chat(`${images.url}/cat.png`, `${images.url}/dog.jpg`, pngUri), { headers: { 'x-request-id': three } });
+    const r3 = await toLocal.post('/v1/chat/completions', chat(`${images.url}/cat.png`, `${images.url}/dog.jpg`, pngUri), {
+      headers: { 'x-request-id': three },
+    });
     expect(r3.status).toBe(200);
     expect(legsFor(local.sims.encode.requests, three)).toHaveLength(3);
     expect(peakConcurrency(await encodeLogLines(local, three, 3))).toBe(3);
 
     const four = nextId();
-    const r4 = await toLocal.post('/v1/chat/completions', chat(pngUri, pngUri, `${images.url}/cat.png`, `${images.url}/dog.jpg`), { headers: { 'x-request-id': four } });
+    const r4 = await toLocal.post('/v1/chat/completions', chat(pngUri, pngUri, `${images.url}/cat.png`, `${images.url}/dog.jpg`), {
+      headers: { 'x-request-id': four },
+    });
     expect(r4.status).toBe(200);
     expect(legsFor(local.sims.encode.requests, four)).toHaveLength(4);
     expect(peakConcurrency(await encodeLogLines(local, four, 4))).toBe(3);
@@ -221,7 +230,11 @@ describe.each(['full_duplex', 'buffered'] as const)('multimodal through Envoy (%
   });
 
   it('allowed_domains: a host not on the list is a 400 before any lookup', async () => {
-    expectError(await toStrict.post('/v1/chat/completions', chat(`http://127.0.0.2:${images.port}/cat.png`)), 400, 'host "127.0.0.2" not allowed');
+    expectError(
+      await toStrict.post('/v1/chat/completions', chat(`http://127.0.0.2:${images.port}/cat.png`)),
+      400,
+      'host "127.0.0.2" not allowed',
+    );
   });
 
   it('tokens-in chat: encode and prefill post generate bodies with kwargs_data and the transfer params in extra_args', async () => {
@@ -237,7 +250,10 @@ describe.each(['full_duplex', 'buffered'] as const)('multimodal through Envoy (%
     expect(at(enc!.json, 'sampling_params')).toEqual({ max_tokens: 1 });
     expect(pre!.path).toBe('/inference/v1/generate');
     expect(at(pre!.json, 'features', 'kwargs_data', 'image')).toEqual([expect.any(String)]);
-    expect(at(pre!.json, 'sampling_params', 'extra_args', 'kv_transfer_params')).toEqual({ do_remote_decode: true, do_remote_prefill: false });
+    expect(at(pre!.json, 'sampling_params', 'extra_args', 'kv_transfer_params')).toEqual({
+      do_remote_decode: true,
+      do_remote_prefill: false,
+    });
     expect(Object.keys(at(pre!.json, 'sampling_params', 'extra_args', 'ec_transfer_params') as object)).toEqual([hash]);
     // Decode keeps the chat path, shaped as generate (Q1).
     expect(dec!.path).toBe('/v1/chat/completions');
@@ -248,7 +264,12 @@ describe.each(['full_duplex', 'buffered'] as const)('multimodal through Envoy (%
     const id = nextId();
     const features = {
       mm_hashes: { image: ['h-inline', 'h-cached'] },
-      mm_placeholders: { image: [{ offset: 1, length: 2 }, { offset: 4, length: 2 }] },
+      mm_placeholders: {
+        image: [
+          { offset: 1, length: 2 },
+          { offset: 4, length: 2 },
+        ],
+      },
       kwargs_data: { image: ['a3dhcmdz', null] },
     };
     const res = await toStrict.post(
@@ -266,7 +287,11 @@ describe.each(['full_duplex', 'buffered'] as const)('multimodal through Envoy (%
   it('large bodies: a 40 MB generate request succeeds; a 65 MiB one gets 413', async () => {
     const id = nextId();
     const tensor = 'A'.repeat(40_000_000);
-    const features = { mm_hashes: { image: ['big'] }, mm_placeholders: { image: [{ offset: 1, length: 2 }] }, kwargs_data: { image: [tensor] } };
+    const features = {
+      mm_hashes: { image: ['big'] },
+      mm_placeholders: { image: [{ offset: 1, length: 2 }] },
+      kwargs_data: { image: [tensor] },
+    };
     const ok = await toLocal.post(
       '/inference/v1/generate',
       { model: MODEL, token_ids: [1, 7, 7, 2], features, sampling_params: { max_tokens: 2 } },

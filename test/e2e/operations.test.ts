@@ -133,7 +133,11 @@ describe('metrics, health and trace context through Envoy', () => {
     expect(stack.sims.prefill.requests).toHaveLength(n);
 
     // Streams end once Envoy has the final answer; wait for the last one to be closed.
-    await waitUntil(async () => sample(await scrape(stack.service.metricsPort!), 'epd_coordinator_extproc_active_streams') === 0, 'streams closed', 5000);
+    await waitUntil(
+      async () => sample(await scrape(stack.service.metricsPort!), 'epd_coordinator_extproc_active_streams') === 0,
+      'streams closed',
+      5000,
+    );
     const text = await scrape(stack.service.metricsPort!);
     const model = `model_name="${MODEL}"`;
     expect(sample(text, 'llm_d_coordinator_request_total', model)).toBe(n);
@@ -199,7 +203,12 @@ describe('tracing on, through Envoy', () => {
   beforeAll(async () => {
     dir = mkdtempSync(join(tmpdir(), 'epd-ops-trace-'));
     workers = await startWorkers();
-    running = await startCustom(join(dir, 'envoy'), workers, { tracing: true }, { spanExporter: exporter, spanSampler: new AlwaysOnSampler() });
+    running = await startCustom(
+      join(dir, 'envoy'),
+      workers,
+      { tracing: true },
+      { spanExporter: exporter, spanSampler: new AlwaysOnSampler() },
+    );
     client = new TestClient(running.envoy.publicUrl);
   });
   afterAll(async () => {
@@ -269,7 +278,10 @@ describe('TLS and mTLS between Envoy and the service', () => {
       {},
       { caFile: pki.caCert },
     );
-    toClose.push(() => r.service.close(0), () => r.envoy.stop());
+    toClose.push(
+      () => r.service.close(0),
+      () => r.envoy.stop(),
+    );
     const res = await post(r.envoy.publicUrl);
     expect(res.status).toBe(200);
     expect(res.headers['x-inference-pod']).toBe('sim-decode-0');
@@ -285,7 +297,10 @@ describe('TLS and mTLS between Envoy and the service', () => {
       {},
       { caFile: pki.caCert, certFile: pki.clientCert, keyFile: pki.clientKey },
     );
-    toClose.push(() => r.service.close(0), () => r.envoy.stop());
+    toClose.push(
+      () => r.service.close(0),
+      () => r.envoy.stop(),
+    );
     const ok = await post(r.envoy.publicUrl);
     expect(ok.status).toBe(200);
     expect(ok.headers['x-inference-pod']).toBe('sim-decode-0');
@@ -300,7 +315,8 @@ describe('TLS and mTLS between Envoy and the service', () => {
     const stats = await anonymous.stats('cluster.epd_coordinator.');
     expect(stats['cluster.epd_coordinator.ssl.handshake'] ?? 0).toBe(0);
     // The service closed the connection during the handshake: Envoy counts a connection error.
-    const failures = (stats['cluster.epd_coordinator.ssl.connection_error'] ?? 0) + (stats['cluster.epd_coordinator.upstream_cx_connect_fail'] ?? 0);
+    const failures =
+      (stats['cluster.epd_coordinator.ssl.connection_error'] ?? 0) + (stats['cluster.epd_coordinator.upstream_cx_connect_fail'] ?? 0);
     expect(failures).toBeGreaterThanOrEqual(1);
   });
 });
@@ -340,17 +356,27 @@ describe('SIGTERM on the real process behind Envoy', () => {
       file,
       yaml.dump({
         ...doc,
-        server: { ...(doc['server'] as object), listen_addr: `127.0.0.1:${grpcPort}`, metrics_addr: `127.0.0.1:${metricsPort}`, shutdown_timeout: shutdownTimeout },
+        server: {
+          ...(doc['server'] as object),
+          listen_addr: `127.0.0.1:${grpcPort}`,
+          metrics_addr: `127.0.0.1:${metricsPort}`,
+          shutdown_timeout: shutdownTimeout,
+        },
         pipeline: { ...(doc['pipeline'] as object), steps: defaultSteps({ render: workers!.render.url }) },
       }),
     );
     const logPath = join(dir, `${name}.log`);
     const fd = openSync(logPath, 'w');
     // One process (no npx / tsx wrapper in between), so the signal reaches the service itself.
-    const child = spawn(process.execPath, ['--import', 'tsx', 'src/main.ts', '--config', file], { cwd: REPO_ROOT, stdio: ['ignore', fd, fd] });
+    const child = spawn(process.execPath, ['--import', 'tsx', 'src/main.ts', '--config', file], {
+      cwd: REPO_ROOT,
+      stdio: ['ignore', fd, fd],
+    });
     closeSync(fd);
     children.add(child);
-    const exit = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) => child.once('exit', (code, signal) => resolve({ code, signal })));
+    const exit = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) =>
+      child.once('exit', (code, signal) => resolve({ code, signal })),
+    );
     const probe = new HealthProbe(`127.0.0.1:${grpcPort}`);
     try {
       await waitUntil(
@@ -380,13 +406,20 @@ describe('SIGTERM on the real process behind Envoy', () => {
       // Hold every request in prefill so that all of them are in the pipeline when the signal comes.
       workers!.prefill.setFaults([{ delayMs: 1500 }]);
       const n = 12;
-      const inflight = Array.from({ length: n }, (_, i) => client.post('/v1/chat/completions', chatBody(`in flight ${i}`), { timeoutMs: 20_000 }));
+      const inflight = Array.from({ length: n }, (_, i) =>
+        client.post('/v1/chat/completions', chatBody(`in flight ${i}`), { timeoutMs: 20_000 }),
+      );
       await workers!.prefill.waitForRequests(n, 10_000);
       const metrics = await scrape(svc.metricsPort);
       expect(sample(metrics, 'epd_coordinator_extproc_active_streams')).toBe(n);
 
       svc.child.kill('SIGTERM');
-      await waitUntil(async () => (await health.check(EXT_PROC).catch(() => 'gone')) === 'NOT_SERVING', 'NOT_SERVING during the drain', 5000, 20);
+      await waitUntil(
+        async () => (await health.check(EXT_PROC).catch(() => 'gone')) === 'NOT_SERVING',
+        'NOT_SERVING during the drain',
+        5000,
+        20,
+      );
       expect(await health.check('')).toBe('NOT_SERVING');
       // A stream that starts now is refused (Envoy fails the request; failure_mode_allow is false).
       const late = await client.post('/v1/chat/completions', chatBody('after the signal'), { timeoutMs: 10_000 });

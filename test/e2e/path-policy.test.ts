@@ -27,17 +27,30 @@ describe.each(['full_duplex', 'buffered'] as const)('path policy through Envoy (
   beforeEach(() => stack.reset());
 
   const send = async (method: 'GET' | 'POST', path: string) => {
-    const res = await client.request({ method, path, headers: { 'content-type': 'application/json' }, body: method === 'POST' ? chat : undefined });
+    const res = await client.request({
+      method,
+      path,
+      headers: { 'content-type': 'application/json' },
+      body: method === 'POST' ? chat : undefined,
+    });
     const text = await res.body.text();
     return { status: res.statusCode, headers: res.headers, text };
   };
   const workerRequests = () => ROLES.flatMap((r) => stack.sims[r].requests.map((q) => `${r} ${q.method} ${q.url}`));
 
-  test('the edge list of pipeline paths is the service\'s', () => {
+  test("the edge list of pipeline paths is the service's", () => {
     expect([...PIPELINE_PATHS].sort()).toEqual([...INFERENCE_PATHS].sort());
   });
 
-  test.each(KNOWN_CONTROL_PATHS.flatMap((p) => [['GET', p], ['POST', p]] as const))('%s %s: Envoy\'s 404 in the OpenAI error shape; no worker sees it', async (method, path) => {
+  test.each(
+    KNOWN_CONTROL_PATHS.flatMap(
+      (p) =>
+        [
+          ['GET', p],
+          ['POST', p],
+        ] as const,
+    ),
+  )("%s %s: Envoy's 404 in the OpenAI error shape; no worker sees it", async (method, path) => {
     const res = await send(method, path);
     expect(res.status).toBe(404);
     expect(res.headers['content-type']).toBe('application/json');

@@ -12,7 +12,11 @@ describe.each(['full_duplex', 'buffered'] as const)('render unreachable (%s)', (
     const closedPort = await freePort();
     stack = await startStack({
       bodyMode,
-      steps: () => [{ type: 'render', params: { address: `http://127.0.0.1:${closedPort}`, timeout: '5s' } }, { type: 'prefill' }, { type: 'decode' }],
+      steps: () => [
+        { type: 'render', params: { address: `http://127.0.0.1:${closedPort}`, timeout: '5s' } },
+        { type: 'prefill' },
+        { type: 'decode' },
+      ],
     });
     client = new TestClient(stack.publicUrl);
   });

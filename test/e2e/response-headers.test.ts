@@ -30,9 +30,11 @@ describe('forward_response_headers and x-peer-topology through Envoy', () => {
   });
   beforeEach(() => stack.reset());
 
-  it('a listed header from render reaches prefill; prefill\'s own replaces it for decode, with its topology', async () => {
+  it("a listed header from render reaches prefill; prefill's own replaces it for decode, with its topology", async () => {
     stack.sims.render.setFaults([{ headers: { 'x-llm-d-disagg-revision': 'rev-render', 'x-disagg-slice': 'slice-1' } }]);
-    stack.sims.prefill.setFaults([{ match: { profile: 'prefill' }, headers: { 'x-llm-d-disagg-revision': 'rev-prefill', 'x-peer-topology': 'host=node12,zone=z1' } }]);
+    stack.sims.prefill.setFaults([
+      { match: { profile: 'prefill' }, headers: { 'x-llm-d-disagg-revision': 'rev-prefill', 'x-peer-topology': 'host=node12,zone=z1' } },
+    ]);
     const res = await client.post('/v1/chat/completions', chat, {
       headers: { 'x-llm-d-disagg-revision': 'client-rev', 'x-peer-topology': 'host=evil', 'x-disagg-slice': 'client-slice' },
     });
@@ -59,8 +61,13 @@ describe('forward_response_headers and x-peer-topology through Envoy', () => {
     }
   });
 
-  it('the decode answer\'s internal headers are stripped by Envoy; its other headers pass untouched', async () => {
-    stack.sims.decode.setFaults([{ match: { profile: 'decode' }, headers: { 'x-peer-topology': 'host=node3', 'epp-profile': 'decode', 'x-llm-d-disagg-revision': 'rev-decode' } }]);
+  it("the decode answer's internal headers are stripped by Envoy; its other headers pass untouched", async () => {
+    stack.sims.decode.setFaults([
+      {
+        match: { profile: 'decode' },
+        headers: { 'x-peer-topology': 'host=node3', 'epp-profile': 'decode', 'x-llm-d-disagg-revision': 'rev-decode' },
+      },
+    ]);
     const res = await client.post('/v1/chat/completions', chat);
     expect(res.status).toBe(200);
     expect(res.headers['x-peer-topology']).toBeUndefined();

@@ -29,11 +29,16 @@ describe.each(['full_duplex', 'buffered'] as const)('Responses API through Envoy
   });
   beforeEach(() => stack.reset());
 
-  it('non-streaming: render, prefill and decode legs on the Responses paths; the answer is the decode worker\'s', async () => {
+  it("non-streaming: render, prefill and decode legs on the Responses paths; the answer is the decode worker's", async () => {
     const id = nextId();
     const res = await client.post(
       '/v1/responses',
-      { model: MODEL, input: [{ role: 'user', content: [{ type: 'input_text', text: 'hello responses api' }] }], max_output_tokens: 20, store: true },
+      {
+        model: MODEL,
+        input: [{ role: 'user', content: [{ type: 'input_text', text: 'hello responses api' }] }],
+        max_output_tokens: 20,
+        store: true,
+      },
       { headers: { 'x-request-id': id } },
     );
     expect(res.status).toBe(200);
@@ -44,7 +49,12 @@ describe.each(['full_duplex', 'buffered'] as const)('Responses API through Envoy
     const prefill = only(stack.sims.prefill.requests);
     expect(prefill.path).toBe('/v1/responses');
     expect(prefill.headers['epp-profile']).toBe('prefill');
-    expect(prefill.json).toMatchObject({ max_output_tokens: 1, store: false, stream: false, kv_transfer_params: { do_remote_decode: true } });
+    expect(prefill.json).toMatchObject({
+      max_output_tokens: 1,
+      store: false,
+      stream: false,
+      kv_transfer_params: { do_remote_decode: true },
+    });
     const decode = only(stack.sims.decode.requests);
     expect(decode.path).toBe('/v1/responses');
     expect(decode.json).toMatchObject({ max_output_tokens: 20, store: true, kv_transfer_params: { do_remote_prefill: true } });

@@ -51,7 +51,11 @@ describe.each(['full_duplex', 'buffered'] as const)('selective disaggregation th
   beforeEach(() => stack.reset());
 
   const chat = (content: string, id: string) =>
-    client.post('/v1/chat/completions', { model: MODEL, messages: [{ role: 'user', content }], max_tokens: 10 }, { headers: { 'x-request-id': id } });
+    client.post(
+      '/v1/chat/completions',
+      { model: MODEL, messages: [{ role: 'user', content }], max_tokens: 10 },
+      { headers: { 'x-request-id': id } },
+    );
   const logged = (id: string) => stack.accessLog.waitFor((e) => e.listener === 'public' && e.x_request_id === id);
 
   it('a short prompt skips prefill and decodes aggregated, without kv_transfer_params', async () => {

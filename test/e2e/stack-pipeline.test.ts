@@ -13,7 +13,7 @@ import { startStack, ROLES, type Stack } from '../support/stack';
 
 const image = JSON.parse(STACK_IMAGE_REQUEST) as Record<string, unknown>;
 
-describe('the stack\'s pipeline (npm run stack)', () => {
+describe("the stack's pipeline (npm run stack)", () => {
   let redis: RedisServer;
   let stack: Stack;
   let client: TestClient;
@@ -69,7 +69,12 @@ describe('a pipeline without replace-media-urls (render -> prefill -> decode)', 
   test('an image request gets a 400 that says why, and no worker sees it', async () => {
     const res = await client.post('/v1/chat/completions', image, { headers: { 'x-request-id': 'no-media-1' } });
     expect(res.status).toBe(400);
-    expect(res.json).toMatchObject({ error: { type: 'invalid_request_error', message: 'this deployment does not accept images: its pipeline has no "replace-media-urls" step (request_id: no-media-1)' } });
+    expect(res.json).toMatchObject({
+      error: {
+        type: 'invalid_request_error',
+        message: 'this deployment does not accept images: its pipeline has no "replace-media-urls" step (request_id: no-media-1)',
+      },
+    });
     for (const r of ROLES) expect(stack.sims[r].requests).toHaveLength(0);
   });
 

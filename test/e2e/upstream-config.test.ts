@@ -40,7 +40,10 @@ afterAll(async () => {
 test('the upstream-shaped config loads with its own pipeline and answers a chat completion', async () => {
   expect(stack.config.pipeline.steps.map((s) => s.type)).toEqual(['render', 'prefill', 'decode']);
   expect(stack.config.warnings).toEqual(expect.arrayContaining([expect.stringMatching(/^server.read_timeout has no effect/)]));
-  const res = await client.post('/v1/chat/completions', { model: 'any-model', messages: [{ role: 'user', content: 'from an upstream config' }] });
+  const res = await client.post('/v1/chat/completions', {
+    model: 'any-model',
+    messages: [{ role: 'user', content: 'from an upstream config' }],
+  });
   expect(res.status).toBe(200);
   expect(at(res.json, 'choices', 0, 'message', 'content')).toBe('from an upstream config');
   expect(stack.sims.render.requests.map((r) => r.path)).toEqual(['/v1/chat/completions/render']);

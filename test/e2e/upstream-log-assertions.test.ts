@@ -49,7 +49,15 @@ async function oneRequest(stack: Stack): Promise<string> {
       '/v1/chat/completions',
       {
         model: MODEL,
-        messages: [{ role: 'user', content: [{ type: 'text', text: 'what is in this picture' }, { type: 'image_url', image_url: { url: PNG_URI } }] }],
+        messages: [
+          {
+            role: 'user',
+            content: [
+              { type: 'text', text: 'what is in this picture' },
+              { type: 'image_url', image_url: { url: PNG_URI } },
+            ],
+          },
+        ],
         min_tokens: MIN_TOKENS,
         max_tokens: MAX_TOKENS,
       },
@@ -92,7 +100,9 @@ describe('upstream e2e log assertions at log level 5', () => {
   });
 
   it('verifyTokenLimits: decode keeps the client limits; prefill and encode cap to one token without min_tokens', () => {
-    expect(logHasLine(logs, '"msg":"request body"', '"epp-profile":"decode"', `"min_tokens":${MIN_TOKENS}`, `"max_tokens":${MAX_TOKENS}`)).toBe(true);
+    expect(
+      logHasLine(logs, '"msg":"request body"', '"epp-profile":"decode"', `"min_tokens":${MIN_TOKENS}`, `"max_tokens":${MAX_TOKENS}`),
+    ).toBe(true);
     for (const phase of ['prefill', 'encode']) {
       const phaseField = `"epp-profile":"${phase}"`;
       expect([phase, logHasLine(logs, '"msg":"request body"', phaseField, '"max_tokens":1')]).toEqual([phase, true]);

@@ -83,7 +83,9 @@ describe('1500 clients leaving mid-request through Envoy', () => {
     expect(statuses.filter((s) => s !== 200)).toEqual([]);
     // One coordinator connection carried every stream, and it was never closed under them.
     const stats = await stack.envoy.stats('cluster.epd_coordinator.upstream_');
-    expect(stats['cluster.epd_coordinator.upstream_rq_total']! - before['cluster.epd_coordinator.upstream_rq_total']!).toBeGreaterThanOrEqual(RESETS);
+    expect(
+      stats['cluster.epd_coordinator.upstream_rq_total']! - before['cluster.epd_coordinator.upstream_rq_total']!,
+    ).toBeGreaterThanOrEqual(RESETS);
     expect(stats['cluster.epd_coordinator.upstream_cx_total']).toBe(1);
     expect(stats['cluster.epd_coordinator.upstream_cx_protocol_error']).toBe(0);
     expect(stats['cluster.epd_coordinator.upstream_cx_destroy_remote_with_active_rq']).toBe(0);

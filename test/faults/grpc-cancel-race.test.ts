@@ -16,7 +16,13 @@ describe('a Process stream reset right after it opened', () => {
   it('is released by the service (in-flight count back to 0)', async () => {
     for (let i = 0; i < 400; i++) {
       const s = svc.client.open();
-      s.sendHeaders([[':method', 'POST'], [':path', '/v1/completions']], { requestBodyMode: 'FULL_DUPLEX_STREAMED' });
+      s.sendHeaders(
+        [
+          [':method', 'POST'],
+          [':path', '/v1/completions'],
+        ],
+        { requestBodyMode: 'FULL_DUPLEX_STREAMED' },
+      );
       s.sendBody(Buffer.from('{"model":"m",'), false);
       for (let k = 0; k < i % 7; k++) await new Promise((r) => setImmediate(r));
       s.cancel();

@@ -63,7 +63,12 @@ describe('kv-sglang with the prefill-decode step, through Envoy', () => {
 
   it('prefill and decode carry the reserved pod, one integer room and no kv_transfer_params', async () => {
     const res = await client.post('/v1/chat/completions', chat, {
-      headers: { 'x-request-id': 'sglang-1', prefer: 'reserve-endpoint', 'x-data-parallel-rank': '3', 'x-llm-d-pin-host-port': '10.9.9.9:1' },
+      headers: {
+        'x-request-id': 'sglang-1',
+        prefer: 'reserve-endpoint',
+        'x-data-parallel-rank': '3',
+        'x-llm-d-pin-host-port': '10.9.9.9:1',
+      },
     });
     expect(res.status).toBe(200);
     expect(at(res.json, 'choices', 0, 'message', 'content')).toBe('sglang please');
@@ -135,7 +140,11 @@ describe('kv-nixl with dp_size 4: x-data-parallel-rank on both legs, through Env
   beforeAll(async () => {
     stack = await startStack({
       kvConnector: 'kv-nixl',
-      steps: ({ render }) => [{ type: 'render', params: { address: render } }, { type: 'prefill', params: { dp_size: 4 } }, { type: 'decode' }],
+      steps: ({ render }) => [
+        { type: 'render', params: { address: render } },
+        { type: 'prefill', params: { dp_size: 4 } },
+        { type: 'decode' },
+      ],
     });
     client = new TestClient(stack.publicUrl);
   });

@@ -37,13 +37,53 @@ type Expect = { error: number } | { relay: number } | 'ok' | 'aborted' | 'client
 
 const EXPECTED: Record<Phase, Record<Fault, Expect>> = {
   // Q7: every download failure that is not a guard or size violation is a 502.
-  media: { '4xx': { error: 502 }, '5xx': { error: 502 }, refused: { error: 502 }, timeout: { error: 502 }, hang: { error: 502 }, 'reset mid-body': { error: 502 }, 'slow body': 'ok' },
-  render: { '4xx': { error: 429 }, '5xx': { error: 502 }, refused: { error: 502 }, timeout: { error: 502 }, hang: { error: 502 }, 'reset mid-body': { error: 502 }, 'slow body': 'ok' },
-  encode: { '4xx': { error: 429 }, '5xx': { error: 502 }, refused: { error: 502 }, timeout: { error: 502 }, hang: { error: 502 }, 'reset mid-body': { error: 502 }, 'slow body': 'ok' },
-  prefill: { '4xx': { error: 429 }, '5xx': { error: 502 }, refused: { error: 502 }, timeout: { error: 502 }, hang: { error: 502 }, 'reset mid-body': { error: 502 }, 'slow body': 'ok' },
+  media: {
+    '4xx': { error: 502 },
+    '5xx': { error: 502 },
+    refused: { error: 502 },
+    timeout: { error: 502 },
+    hang: { error: 502 },
+    'reset mid-body': { error: 502 },
+    'slow body': 'ok',
+  },
+  render: {
+    '4xx': { error: 429 },
+    '5xx': { error: 502 },
+    refused: { error: 502 },
+    timeout: { error: 502 },
+    hang: { error: 502 },
+    'reset mid-body': { error: 502 },
+    'slow body': 'ok',
+  },
+  encode: {
+    '4xx': { error: 429 },
+    '5xx': { error: 502 },
+    refused: { error: 502 },
+    timeout: { error: 502 },
+    hang: { error: 502 },
+    'reset mid-body': { error: 502 },
+    'slow body': 'ok',
+  },
+  prefill: {
+    '4xx': { error: 429 },
+    '5xx': { error: 502 },
+    refused: { error: 502 },
+    timeout: { error: 502 },
+    hang: { error: 502 },
+    'reset mid-body': { error: 502 },
+    'slow body': 'ok',
+  },
   // Decode is Envoy's forward: its statuses are relayed; connect failure is Envoy's own 503; Envoy's
   // route has no timeout (streams), so a slow decode is simply slow and a hung one waits for the client.
-  decode: { '4xx': { relay: 429 }, '5xx': { relay: 503 }, refused: { relay: 503 }, timeout: 'ok', hang: 'client-timeout', 'reset mid-body': 'aborted', 'slow body': 'ok' },
+  decode: {
+    '4xx': { relay: 429 },
+    '5xx': { relay: 503 },
+    refused: { relay: 503 },
+    timeout: 'ok',
+    hang: 'client-timeout',
+    'reset mid-body': 'aborted',
+    'slow body': 'ok',
+  },
 };
 
 /** The sim fault rule for a fault, where a sim plays the phase. */
@@ -74,7 +114,8 @@ function imageRoute(fault: Fault): (res: ServerResponse) => void {
     case '5xx':
       return (res) => res.writeHead(503, { 'content-type': 'text/plain' }).end(UPSTREAM_SECRET);
     case 'timeout':
-      return (res) => void setTimeout(() => !res.destroyed && res.writeHead(200, { 'content-type': 'image/png' }).end(PNG_BYTES), TIMEOUT_MS + 500);
+      return (res) =>
+        void setTimeout(() => !res.destroyed && res.writeHead(200, { 'content-type': 'image/png' }).end(PNG_BYTES), TIMEOUT_MS + 500);
     case 'hang':
       return () => undefined;
     case 'reset mid-body':
@@ -150,7 +191,15 @@ describe.each(['full_duplex', 'buffered'] as const)('fault matrix through Envoy 
     return {
       model: 'sim-model',
       max_tokens: 4,
-      messages: [{ role: 'user', content: [{ type: 'text', text: 'what is this' }, { type: 'image_url', image_url: { url } }] }],
+      messages: [
+        {
+          role: 'user',
+          content: [
+            { type: 'text', text: 'what is this' },
+            { type: 'image_url', image_url: { url } },
+          ],
+        },
+      ],
     };
   }
 
@@ -168,12 +217,15 @@ describe.each(['full_duplex', 'buffered'] as const)('fault matrix through Envoy 
 
   async function send(phase: Phase, fault: Fault, opts: { timeoutMs?: number } = {}): Promise<ClientResponse> {
     const id = `matrix-${bodyMode}-${phase}-${fault.replace(/\W/g, '')}-${++seq}`;
-    const req = (b: Record<string, unknown>) => client.post('/v1/chat/completions', b, { headers: { 'x-request-id': id }, timeoutMs: opts.timeoutMs ?? 10_000 });
+    const req = (b: Record<string, unknown>) =>
+      client.post('/v1/chat/completions', b, { headers: { 'x-request-id': id }, timeoutMs: opts.timeoutMs ?? 10_000 });
     if (phase === 'media') {
       const route = imageRoute(fault);
       images.on('/img.png', (_req, res) => route(res));
       const b = body(phase);
-      if (fault === 'refused') (b['messages'] as Array<{ content: Array<{ image_url?: { url: string } }> }>)[0]!.content[1]!.image_url!.url = `http://127.0.0.1:${deadPort}/img.png`;
+      if (fault === 'refused')
+        (b['messages'] as Array<{ content: Array<{ image_url?: { url: string } }> }>)[0]!.content[1]!.image_url!.url =
+          `http://127.0.0.1:${deadPort}/img.png`;
       return req(b);
     }
     const role = SIM_OF[phase];
@@ -206,7 +258,8 @@ describe.each(['full_duplex', 'buffered'] as const)('fault matrix through Envoy 
         } else if ('error' in expected) {
           expectOpenAiError(res, expected.error);
           const message = String(at(res.json, 'error', 'message'));
-          if (expected.error === 429) expect(message).toMatch(new RegExp(`^${phase === 'encode' ? 'encode\\[0\\]' : phase} rejected the request: HTTP 429`));
+          if (expected.error === 429)
+            expect(message).toMatch(new RegExp(`^${phase === 'encode' ? 'encode\\[0\\]' : phase} rejected the request: HTTP 429`));
           else expect(message).toMatch(/^internal error/);
           // Nothing after the failed phase ran.
           if (phase !== 'prefill') expect(stack.sims.prefill.requests).toHaveLength(0);
@@ -282,21 +335,26 @@ describe.each(['full_duplex', 'buffered'] as const)('fault matrix through Envoy 
       if (phase !== 'decode') expect(stack.sims.decode.requests).toHaveLength(0);
     });
 
-    if (phases.includes('media')) it('media download', async () => {
-      const elapsed = await fastest(() => {
-        let arrived!: () => void;
-        let closed!: () => void;
-        const arrivedP = new Promise<void>((r) => (arrived = r));
-        const closedP = new Promise<void>((r) => (closed = r));
-        images.on('/img.png', (_req, res) => {
-          res.on('close', closed);
-          arrived();
+    if (phases.includes('media'))
+      it('media download', async () => {
+        const elapsed = await fastest(() => {
+          let arrived!: () => void;
+          let closed!: () => void;
+          const arrivedP = new Promise<void>((r) => (arrived = r));
+          const closedP = new Promise<void>((r) => (closed = r));
+          images.on('/img.png', (_req, res) => {
+            res.on('close', closed);
+            arrived();
+          });
+          return abortDuring(
+            () => arrivedP,
+            () => closedP,
+            'media',
+          );
         });
-        return abortDuring(() => arrivedP, () => closedP, 'media');
+        expect(elapsed).toBeLessThan(100);
+        expect(stack.sims.render.requests).toHaveLength(0);
       });
-      expect(elapsed).toBeLessThan(100);
-      expect(stack.sims.render.requests).toHaveLength(0);
-    });
   });
 
   it('a failed encode cancels its sibling encode still in flight', async () => {

@@ -64,7 +64,7 @@ describe('prefill failover through a gateway with two prefill workers', () => {
     expect(good.requests).toHaveLength(3);
   });
 
-  it('a 4xx is the client\'s answer: not retried', async () => {
+  it("a 4xx is the client's answer: not retried", async () => {
     bad.setFaults([{ status: 429, body: UPSTREAM_SECRET }]);
     good.setFaults([{ status: 429, body: UPSTREAM_SECRET }]);
     const res = await client.post('/v1/chat/completions', chat('four two nine'), { headers: { 'x-request-id': nextId() } });

@@ -45,7 +45,10 @@ function translatedParts(): { filter: Json; cluster: Json; cap: unknown } {
     const gw = input.find((o) => o.kind === 'Gateway' && o.metadata.name === PUBLIC_GATEWAY)!;
     const proxyName = (gw['spec'] as { infrastructure?: { parametersRef?: { name: string } } }).infrastructure?.parametersRef?.name;
     const file = path.join(tmp, 'gw.yaml');
-    writeYaml(file, input.filter((o) => o.kind !== 'EnvoyProxy' || o.metadata.name === proxyName));
+    writeYaml(
+      file,
+      input.filter((o) => o.kind !== 'EnvoyProxy' || o.metadata.name === proxyName),
+    );
     const dump = translate(file).xds[`${TRANSLATE_NAMESPACE}/${PUBLIC_GATEWAY}`]!;
     const boot = staticBootstrap(dump) as { staticResources: { clusters: Json[]; listeners: Json[] } };
     const cluster = structuredClone(boot.staticResources.clusters.find((c) => String(c['name']).startsWith('envoyextensionpolicy/'))!);
@@ -122,7 +125,9 @@ function graft(text: string, parts: { filter: Json; cluster: Json }): string {
     expect(Object.fromEntries(statuses)).toEqual({ 200: REQUESTS });
     const stats = await stack.envoy.stats(`cluster.${CLUSTER}.`);
     const failed = await stack.envoy.stats('streams_failed');
-    const streamsFailed = Object.entries(failed).filter(([k]) => k.startsWith('http.public.')).reduce((n, [, v]) => n + v, 0);
+    const streamsFailed = Object.entries(failed)
+      .filter(([k]) => k.startsWith('http.public.'))
+      .reduce((n, [, v]) => n + v, 0);
     expect({
       upstream_cx_total: stats[`cluster.${CLUSTER}.upstream_cx_total`],
       upstream_cx_protocol_error: stats[`cluster.${CLUSTER}.upstream_cx_protocol_error`],

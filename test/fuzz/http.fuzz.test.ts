@@ -42,11 +42,25 @@ const headers: fc.Arbitrary<Record<string, string>> = fc
   .array(
     fc.oneof(
       fc.tuple(tokenName, printable),
-      fc.tuple(fc.constantFrom('epp-profile', 'x-gateway-destination-endpoint', 'prefer', 'x-data-parallel-rank', 'authorization', 'accept-encoding', 'x-request-id'), printable),
+      fc.tuple(
+        fc.constantFrom(
+          'epp-profile',
+          'x-gateway-destination-endpoint',
+          'prefer',
+          'x-data-parallel-rank',
+          'authorization',
+          'accept-encoding',
+          'x-request-id',
+        ),
+        printable,
+      ),
       // Under the workers' own header limit (16 KB in Node and uvicorn). Above it a worker answers
       // 431, or (on a request Envoy passes through, with more headers around it) drops the
       // connection, which Envoy reports as a 503: see docs/hardening.md.
-      fc.tuple(fc.constant('x-big'), fc.integer({ min: 1, max: 12_000 }).map((n) => 'b'.repeat(n))),
+      fc.tuple(
+        fc.constant('x-big'),
+        fc.integer({ min: 1, max: 12_000 }).map((n) => 'b'.repeat(n)),
+      ),
     ),
     { maxLength: 8 },
   )
@@ -54,19 +68,51 @@ const headers: fc.Arbitrary<Record<string, string>> = fc
 
 const httpCase = fc.record({
   body: bodyCase,
-  path: fc.oneof({ weight: 12, arbitrary: fc.constant(null) }, { weight: 1, arbitrary: fc.constantFrom('/v1/models', '/v1/embeddings', '/v1/chat/completions?stream=1', '/inference/v1/generate/', '/V1/Completions') }),
+  path: fc.oneof(
+    { weight: 12, arbitrary: fc.constant(null) },
+    {
+      weight: 1,
+      arbitrary: fc.constantFrom(
+        '/v1/models',
+        '/v1/embeddings',
+        '/v1/chat/completions?stream=1',
+        '/inference/v1/generate/',
+        '/V1/Completions',
+      ),
+    },
+  ),
   headers,
   contentType: fc.constantFrom('application/json', 'application/json', 'text/plain', 'application/x-www-form-urlencoded', ''),
 });
 
 /** Raw request lines Envoy's HTTP/1 codec must judge; each is a complete request with a small valid body. */
 const rawHeaderLine = fc.oneof(
-  fc.constantFrom('x-a: b\rc', 'x-a: b\u0000c', 'x-a: b\n continued', 'x-a:\tb', 'x-a : b', 'x a: b', ': empty', 'x-a: \u00ff\u00fe', 'x-a: b\r\n\r'),
+  fc.constantFrom(
+    'x-a: b\rc',
+    'x-a: b\u0000c',
+    'x-a: b\n continued',
+    'x-a:\tb',
+    'x-a : b',
+    'x a: b',
+    ': empty',
+    'x-a: \u00ff\u00fe',
+    'x-a: b\r\n\r',
+  ),
   fc.integer({ min: 1, max: 120_000 }).map((n) => `x-long: ${'l'.repeat(n)}`),
   // Up to 60 (room for the headers the coordinator and the gateway add), or over Envoy's 100. In
   // between is a known gap (from about 75): see test/security/bounds.test.ts.
-  fc.oneof(fc.integer({ min: 40, max: 60 }), fc.integer({ min: 101, max: 160 })).map((n) => Array.from({ length: n }, (_, i) => `x-h${i}: v`).join('\r\n')),
-  fc.constantFrom('transfer-encoding: chunked', 'content-length: 5', 'content-length: -1', 'content-length: 1, 2', 'expect: 100-continue', 'upgrade: h2c', 'connection: upgrade'),
+  fc
+    .oneof(fc.integer({ min: 40, max: 60 }), fc.integer({ min: 101, max: 160 }))
+    .map((n) => Array.from({ length: n }, (_, i) => `x-h${i}: v`).join('\r\n')),
+  fc.constantFrom(
+    'transfer-encoding: chunked',
+    'content-length: 5',
+    'content-length: -1',
+    'content-length: 1, 2',
+    'expect: 100-continue',
+    'upgrade: h2c',
+    'connection: upgrade',
+  ),
 );
 
 /** Header lines in total: at most 64, or over Envoy's 100 (the gap between is a known issue). */

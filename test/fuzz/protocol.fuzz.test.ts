@@ -39,7 +39,16 @@ interface Script {
   readonly ops: Op[];
 }
 
-const modeArb = fc.constantFrom<BodyModeName | undefined>('FULL_DUPLEX_STREAMED', 'FULL_DUPLEX_STREAMED', 'BUFFERED', 'BUFFERED', 'NONE', 'STREAMED', 'BUFFERED_PARTIAL', undefined);
+const modeArb = fc.constantFrom<BodyModeName | undefined>(
+  'FULL_DUPLEX_STREAMED',
+  'FULL_DUPLEX_STREAMED',
+  'BUFFERED',
+  'BUFFERED',
+  'NONE',
+  'STREAMED',
+  'BUFFERED_PARTIAL',
+  undefined,
+);
 
 /** Splits a body into 1-4 chunks; end_of_stream on the last unless `open`. */
 function chunked(body: Buffer, cuts: number[], open: boolean): Op[] {
@@ -60,7 +69,10 @@ const requestScript: fc.Arbitrary<Script> = fc
   .record({
     mode: modeArb,
     method: fc.constantFrom('POST', 'POST', 'POST', 'GET', 'PUT', ''),
-    path: fc.oneof(fc.constantFrom(...Object.values(PATH_OF)), fc.constantFrom('/v1/models', '/v1/chat/completions?x=1', '/', '/v1/requests/abc', '')),
+    path: fc.oneof(
+      fc.constantFrom(...Object.values(PATH_OF)),
+      fc.constantFrom('/v1/models', '/v1/chat/completions?x=1', '/', '/v1/requests/abc', ''),
+    ),
     extra: headerList,
     body: bodyCase,
     cuts: fc.array(fc.nat(), { maxLength: 3 }),
@@ -79,7 +91,13 @@ const requestScript: fc.Arbitrary<Script> = fc
     ),
   })
   .map(({ mode, method, path, extra, body, cuts, headersOnly, open, trailers, tail }) => {
-    const headers: Array<[string, string]> = [[':method', method], [':path', path], [':authority', 'fuzz.local'], [':scheme', 'http'], ...extra];
+    const headers: Array<[string, string]> = [
+      [':method', method],
+      [':path', path],
+      [':authority', 'fuzz.local'],
+      [':scheme', 'http'],
+      ...extra,
+    ];
     const ops: Op[] = [{ t: 'headers', headers, eos: headersOnly }];
     if (!headersOnly) ops.push(...chunked(body.body, cuts, open || trailers));
     if (trailers) ops.push({ t: 'trailers' });
@@ -93,7 +111,9 @@ const chaosScript: fc.Arbitrary<Script> = fc.record({
   ops: fc.array(
     fc.oneof(
       headerList.map<Op>((headers) => ({ t: 'headers', headers, eos: false })),
-      fc.record({ data: fc.uint8Array({ maxLength: 256 }), eos: fc.boolean() }).map<Op>(({ data, eos }) => ({ t: 'body', data: Buffer.from(data), eos })),
+      fc
+        .record({ data: fc.uint8Array({ maxLength: 256 }), eos: fc.boolean() })
+        .map<Op>(({ data, eos }) => ({ t: 'body', data: Buffer.from(data), eos })),
       fc.constant<Op>({ t: 'trailers' }),
       fc.constantFrom<Op>({ t: 'resp', which: 'headers' }, { t: 'resp', which: 'body' }, { t: 'resp', which: 'trailers' }),
       fc.constant<Op>({ t: 'empty' }),
@@ -124,7 +144,8 @@ function play(s: EnvoyStream, sc: Script): boolean {
         raw.sendRaw({ request_trailers: { trailers: { headers: [{ key: 'x-t', raw_value: Buffer.from('1') }] } } }, opts());
         break;
       case 'resp':
-        if (op.which === 'headers') raw.sendRaw({ response_headers: { headers: { headers: [{ key: ':status', raw_value: Buffer.from('200') }] } } }, opts());
+        if (op.which === 'headers')
+          raw.sendRaw({ response_headers: { headers: { headers: [{ key: ':status', raw_value: Buffer.from('200') }] } } }, opts());
         else if (op.which === 'body') raw.sendRaw({ response_body: { body: Buffer.from('x'), end_of_stream: true } }, opts());
         else raw.sendRaw({ response_trailers: { trailers: { headers: [] } } }, opts());
         break;
@@ -235,7 +256,9 @@ describe('ext_proc protocol fuzzing against the real service', () => {
               const code = errorCode(messages[immediate]!.immediate_response!.body);
               const workerFailed = sim.requests.some((r) => (r.status ?? 0) >= 500);
               if (code !== undefined && code >= 500 && !workerFailed) {
-                throw new Error(`a ${code} with healthy workers: ${messages[immediate]!.immediate_response!.body.toString('utf8').slice(0, 300)}`);
+                throw new Error(
+                  `a ${code} with healthy workers: ${messages[immediate]!.immediate_response!.body.toString('utf8').slice(0, 300)}`,
+                );
               }
             }
             for (let i = 0; i < 100 && service.activeStreams() > 0; i++) await new Promise((r) => setImmediate(r));
@@ -251,7 +274,14 @@ describe('ext_proc protocol fuzzing against the real service', () => {
 
       // Still serving a plain request afterwards.
       const s = client.open();
-      s.sendHeaders([[':method', 'POST'], [':path', '/v1/completions'], ['x-request-id', 'after-fuzz']], { requestBodyMode: 'FULL_DUPLEX_STREAMED' });
+      s.sendHeaders(
+        [
+          [':method', 'POST'],
+          [':path', '/v1/completions'],
+          ['x-request-id', 'after-fuzz'],
+        ],
+        { requestBodyMode: 'FULL_DUPLEX_STREAMED' },
+      );
       s.sendBody(Buffer.from(JSON.stringify({ model: 'sim-model', prompt: [1, 2, 3], max_tokens: 2 })), true);
       const answer = await s.next();
       expect(answer.response).toBe('request_headers');
@@ -264,4 +294,3 @@ describe('ext_proc protocol fuzzing against the real service', () => {
     fuzzTimeout('protocol', 30),
   );
 });
-

@@ -19,7 +19,15 @@ import { EPP_STACK_MODEL, freeEppStackPorts, startEppStack, type EppStack } from
 import type { WorkerRole } from '../../launch/epp-topology';
 import { at, sseData, TestClient } from '../../launch/client';
 import { freePort } from '../../launch/ports';
-import { eventually, peerBin, peersSkipReason, readAccessLog, simRequestsFor, simRequestsMatching, type SimHttpRequest } from '../support/peers';
+import {
+  eventually,
+  peerBin,
+  peersSkipReason,
+  readAccessLog,
+  simRequestsFor,
+  simRequestsMatching,
+  type SimHttpRequest,
+} from '../support/peers';
 
 const skip = peersSkipReason();
 const suite = skip ? describe.skip : describe;
@@ -71,7 +79,13 @@ suite(`real peers: Envoy + llm-d EPP (file discovery) + llm-d-inference-sim + ll
   const accessLines = (id: string) => readAccessLog(stack.accessLogPath).filter((l) => l['id'] === id);
   const waitAccess = (id: string, pred: (ls: Array<Record<string, string>>) => boolean, what: string) =>
     eventually(() => accessLines(id), pred, `${what} in ${stack.accessLogPath}`, 8000);
-  const waitLegs = (role: WorkerRole, id: string, n: number) => eventually(() => legs(role, id), (l) => l.length >= n, `${n} ${role} leg(s) of ${id}`, 5000);
+  const waitLegs = (role: WorkerRole, id: string, n: number) =>
+    eventually(
+      () => legs(role, id),
+      (l) => l.length >= n,
+      `${n} ${role} leg(s) of ${id}`,
+      5000,
+    );
 
   beforeAll(async () => {
     dir = mkdtempSync(join(tmpdir(), 'epd-peers-'));
@@ -113,9 +127,13 @@ suite(`real peers: Envoy + llm-d EPP (file discovery) + llm-d-inference-sim + ll
     for (const role of ['encode', 'prefill', 'decode'] as const) expect(legs(role, id)).toEqual([]);
   });
 
-  it('text chat: prefill then decode, each picked by the EPP; the probe is the EPP\'s 412; kv_transfer_params carried from prefill to decode', async () => {
+  it("text chat: prefill then decode, each picked by the EPP; the probe is the EPP's 412; kv_transfer_params carried from prefill to decode", async () => {
     const id = nextId('text');
-    const res = await client.post('/v1/chat/completions', { model: MODEL, messages: [{ role: 'user', content: 'hello' }] }, { headers: { 'x-request-id': id } });
+    const res = await client.post(
+      '/v1/chat/completions',
+      { model: MODEL, messages: [{ role: 'user', content: 'hello' }] },
+      { headers: { 'x-request-id': id } },
+    );
     expect(res.status).toBe(200);
     expect(at(res.json, 'choices', 0, 'message', 'content')).toBe('hello');
     expect(res.headers['x-inference-pod']).toBe('sim-decode-0');
@@ -133,7 +151,11 @@ suite(`real peers: Envoy + llm-d EPP (file discovery) + llm-d-inference-sim + ll
     expect(decodes).toHaveLength(1);
     expect(decodes[0]!.headers['prefer']).toBeUndefined();
     expect(decodes[0]!.headers['epp-profile']).toBe('decode');
-    expect(at(decodes[0]!.json, 'kv_transfer_params')).toMatchObject({ do_remote_prefill: true, do_remote_decode: false, remote_engine_id: 'DUMMY_ID' });
+    expect(at(decodes[0]!.json, 'kv_transfer_params')).toMatchObject({
+      do_remote_prefill: true,
+      do_remote_decode: false,
+      remote_engine_id: 'DUMMY_ID',
+    });
     expect(legs('encode', id)).toEqual([]);
 
     const lines = await waitAccess(id, (ls) => ls.some((l) => l['listener'] === 'public'), 'the public line');
@@ -141,10 +163,17 @@ suite(`real peers: Envoy + llm-d EPP (file discovery) + llm-d-inference-sim + ll
     expect(gw.find((l) => l['epp-profile'] === 'decode')).toMatchObject({ code: '412', upstream: '-' });
     const prefillLine = gw.find((l) => l['epp-profile'] === 'prefill')!;
     expect(prefillLine).toMatchObject({ code: '200', cluster: 'original_destination_cluster' });
-    expect(prefillLine['upstream']).toBe(`127.0.0.1:${port[prefill!.log === stack.logs['sim-prefill-0'] ? 'sim-prefill-0' : 'sim-prefill-1']}`);
+    expect(prefillLine['upstream']).toBe(
+      `127.0.0.1:${port[prefill!.log === stack.logs['sim-prefill-0'] ? 'sim-prefill-0' : 'sim-prefill-1']}`,
+    );
     const pub = lines.find((l) => l['listener'] === 'public')!;
     // One Envoy hop for decode: the public listener's own upstream is the decode worker.
-    expect(pub).toMatchObject({ code: '200', upstream: `127.0.0.1:${port['sim-decode-0']}`, 'epp-profile': 'decode', path_taken: 'cascade' });
+    expect(pub).toMatchObject({
+      code: '200',
+      upstream: `127.0.0.1:${port['sim-decode-0']}`,
+      'epp-profile': 'decode',
+      path_taken: 'cascade',
+    });
   });
 
   const imageBody = (images: string[], extra: Record<string, unknown>) => ({
@@ -152,7 +181,10 @@ suite(`real peers: Envoy + llm-d EPP (file discovery) + llm-d-inference-sim + ll
     messages: [
       {
         role: 'user',
-        content: [...images.map((url, i) => ({ type: 'image_url', image_url: { url }, uuid: `image-${i}` })), { type: 'text', text: 'Describe what you see.' }],
+        content: [
+          ...images.map((url, i) => ({ type: 'image_url', image_url: { url }, uuid: `image-${i}` })),
+          { type: 'text', text: 'Describe what you see.' },
+        ],
       },
     ],
     ...extra,
@@ -175,13 +207,17 @@ suite(`real peers: Envoy + llm-d EPP (file discovery) + llm-d-inference-sim + ll
     expect(at(decodes[0]!.json, 'min_tokens')).toBe(3);
     expect(at(decodes[0]!.json, 'max_tokens')).toBe(5);
     // The generate wire format carries the transfer parameters under sampling_params.extra_args.
-    const kv = prefillPath.includes('generate') ? at(decodes[0]!.json, 'sampling_params', 'extra_args', 'kv_transfer_params') : at(decodes[0]!.json, 'kv_transfer_params');
+    const kv = prefillPath.includes('generate')
+      ? at(decodes[0]!.json, 'sampling_params', 'extra_args', 'kv_transfer_params')
+      : at(decodes[0]!.json, 'kv_transfer_params');
     expect(kv).toMatchObject({ do_remote_prefill: true, remote_engine_id: 'DUMMY_ID' });
   }
 
   it('min_tokens/max_tokens: kept on decode, capped on prefill and encode (OpenAI wire format)', async () => {
     const id = nextId('limits');
-    const res = await client.post('/v1/chat/completions', imageBody([uniqueImage()], { min_tokens: 3, max_tokens: 5 }), { headers: { 'x-request-id': id } });
+    const res = await client.post('/v1/chat/completions', imageBody([uniqueImage()], { min_tokens: 3, max_tokens: 5 }), {
+      headers: { 'x-request-id': id },
+    });
     expect(res.status).toBe(200);
     await expectTokenLimits(id, '/v1/chat/completions', '/v1/chat/completions');
     const [prefill] = legs('prefill', id);
@@ -202,8 +238,13 @@ suite(`real peers: Envoy + llm-d EPP (file discovery) + llm-d-inference-sim + ll
       }
       const [prefill] = await waitLegs('prefill', id, 1);
       expect(Object.keys(at(prefill!.json, 'ec_transfer_params') as object)).toHaveLength(images.length);
-      const lines = await waitAccess(id, (ls) => ls.filter((l) => l['epp-profile'] === 'encode').length === images.length, 'the encode lines');
-      for (const l of lines.filter((x) => x['epp-profile'] === 'encode')) expect(l).toMatchObject({ code: '200', upstream: `127.0.0.1:${port['sim-encode-0']}` });
+      const lines = await waitAccess(
+        id,
+        (ls) => ls.filter((l) => l['epp-profile'] === 'encode').length === images.length,
+        'the encode lines',
+      );
+      for (const l of lines.filter((x) => x['epp-profile'] === 'encode'))
+        expect(l).toMatchObject({ code: '200', upstream: `127.0.0.1:${port['sim-encode-0']}` });
     }
   });
 
@@ -213,7 +254,11 @@ suite(`real peers: Envoy + llm-d EPP (file discovery) + llm-d-inference-sim + ll
       model: MODEL,
       token_ids: [1000, 32000, 32000, 32000, 1004],
       sampling_params: { max_tokens: 1 },
-      features: { mm_hashes: { image: ['e2e-gen-hash-0'] }, mm_placeholders: { image: [{ offset: 1, length: 3 }] }, kwargs_data: { image: ['dGVuc29y'] } },
+      features: {
+        mm_hashes: { image: ['e2e-gen-hash-0'] },
+        mm_placeholders: { image: [{ offset: 1, length: 3 }] },
+        kwargs_data: { image: ['dGVuc29y'] },
+      },
     };
     for (const body of [{ model: MODEL, token_ids: tokenIds, sampling_params: { max_tokens: 1 } }, withImage]) {
       const id = nextId('generate');
@@ -232,7 +277,11 @@ suite(`real peers: Envoy + llm-d EPP (file discovery) + llm-d-inference-sim + ll
   it('streaming: SSE from decode through the public listener; prefill stayed non-streaming', async () => {
     const id = nextId('stream');
     const words = 'one two three four five six seven eight';
-    const res = await client.post('/v1/chat/completions', { model: MODEL, stream: true, messages: [{ role: 'user', content: words }] }, { headers: { 'x-request-id': id } });
+    const res = await client.post(
+      '/v1/chat/completions',
+      { model: MODEL, stream: true, messages: [{ role: 'user', content: words }] },
+      { headers: { 'x-request-id': id } },
+    );
     expect(res.status).toBe(200);
     expect(res.headers['content-type']).toMatch(/text\/event-stream/);
     const data = sseData(res.text);
@@ -246,12 +295,19 @@ suite(`real peers: Envoy + llm-d EPP (file discovery) + llm-d-inference-sim + ll
     expect(at(prefill!.json, 'stream')).toBe(false);
     const [decode] = await waitLegs('decode', id, 1);
     expect(at(decode!.json, 'stream')).toBe(true);
-    await waitAccess(id, (ls) => ls.some((l) => l['listener'] === 'public' && l['code'] === '200' && l['upstream'] === `127.0.0.1:${port['sim-decode-0']}`), 'the streamed public line');
+    await waitAccess(
+      id,
+      (ls) => ls.some((l) => l['listener'] === 'public' && l['code'] === '200' && l['upstream'] === `127.0.0.1:${port['sim-decode-0']}`),
+      'the streamed public line',
+    );
   });
 
-  it('conditional decode: a long prompt misses (the EPP\'s 412, then the cascade); the same prompt again is a hit served by decode alone', async () => {
+  it("conditional decode: a long prompt misses (the EPP's 412, then the cascade); the same prompt again is a hit served by decode alone", async () => {
     // The EPP's prefix index hashes blocks of >= 64 estimated tokens, and is fed by decodes it routed.
-    const prompt = Array.from({ length: 120 }, (_, i) => `sentence ${i} of a long prompt that the decode worker will keep in its cache.`).join(' ');
+    const prompt = Array.from(
+      { length: 120 },
+      (_, i) => `sentence ${i} of a long prompt that the decode worker will keep in its cache.`,
+    ).join(' ');
     const body = { model: MODEL, messages: [{ role: 'user', content: prompt }], max_tokens: 8 };
 
     const miss = nextId('miss');
@@ -267,7 +323,10 @@ suite(`real peers: Envoy + llm-d EPP (file discovery) + llm-d-inference-sim + ll
     expect(r2.status).toBe(200);
     expect(r2.headers['x-inference-pod']).toBe('sim-decode-0');
     const hitLines = await waitAccess(hit, (ls) => ls.some((l) => l['listener'] === 'public'), 'the hit');
-    expect(hitLines.find((l) => l['listener'] === 'gateway' && l['epp-profile'] === 'decode')).toMatchObject({ code: '200', upstream: `127.0.0.1:${port['sim-decode-0']}` });
+    expect(hitLines.find((l) => l['listener'] === 'gateway' && l['epp-profile'] === 'decode')).toMatchObject({
+      code: '200',
+      upstream: `127.0.0.1:${port['sim-decode-0']}`,
+    });
     expect(hitLines.find((l) => l['listener'] === 'public')).toMatchObject({ path_taken: 'cache_hit' });
     // Served by decode alone: the probe itself, with Prefer, and no prefill or encode leg.
     const [decode] = await waitLegs('decode', hit, 1);
@@ -299,7 +358,11 @@ suite(`real peers: Envoy + llm-d EPP (file discovery) + llm-d-inference-sim + ll
     expect(at(await got.json(), 'choices', 0, 'message', 'content')).toBe(prompt);
     // llm-d-async dispatched it back through its own entry (the async listener), and the whole cascade ran for it.
     const byPrompt = (role: WorkerRole) => simRequestsMatching(simLogs(role), (r) => r.body.includes(prompt));
-    const [dispatched] = await eventually(() => byPrompt('decode'), (l) => l.length >= 1, 'the dispatched decode leg');
+    const [dispatched] = await eventually(
+      () => byPrompt('decode'),
+      (l) => l.length >= 1,
+      'the dispatched decode leg',
+    );
     expect(at(dispatched!.json, 'kv_transfer_params', 'do_remote_prefill')).toBe(true);
     expect(byPrompt('prefill')).toHaveLength(1);
     // The fairness id llm-d-async stamped (the tenant: no X-Team is `default`) is trusted on its
@@ -307,13 +370,21 @@ suite(`real peers: Envoy + llm-d EPP (file discovery) + llm-d-inference-sim + ll
     expect(dispatched!.headers['x-llm-d-inference-fairness-id']).toBe('default');
     const apId = dispatched!.headers['x-request-id']!;
     expect(apId).not.toBe(job);
-    await waitAccess(apId, (ls) => ls.some((l) => l['listener'] === 'async' && l['code'] === '200' && l['path_taken'] === 'cascade'), "the AP's dispatch");
+    await waitAccess(
+      apId,
+      (ls) => ls.some((l) => l['listener'] === 'async' && l['code'] === '200' && l['path_taken'] === 'cascade'),
+      "the AP's dispatch",
+    );
 
     const held = `held hello ${job}`;
-    const waited = await client.post('/v1/chat/completions', { ...chat, messages: [{ role: 'user', content: held }] }, {
-      headers: { 'x-ap-mode': 'wait', 'x-request-id': nextId('wait') },
-      timeoutMs: 30_000,
-    });
+    const waited = await client.post(
+      '/v1/chat/completions',
+      { ...chat, messages: [{ role: 'user', content: held }] },
+      {
+        headers: { 'x-ap-mode': 'wait', 'x-request-id': nextId('wait') },
+        timeoutMs: 30_000,
+      },
+    );
     expect(waited.status).toBe(200);
     expect(at(waited.json, 'choices', 0, 'message', 'content')).toBe(held);
 
@@ -321,7 +392,11 @@ suite(`real peers: Envoy + llm-d EPP (file discovery) + llm-d-inference-sim + ll
     // then CANCELLED, which the AP writes (Envoy carries 499 as 400; docs/async-broker.md).
     const gone = nextId('delete');
     const doomed = `deleted hello ${gone}`;
-    const queued = await client.post('/v1/chat/completions', { ...chat, messages: [{ role: 'user', content: doomed }] }, { headers: { 'x-ap-mode': 'enqueue', 'x-request-id': gone } });
+    const queued = await client.post(
+      '/v1/chat/completions',
+      { ...chat, messages: [{ role: 'user', content: doomed }] },
+      { headers: { 'x-ap-mode': 'enqueue', 'x-request-id': gone } },
+    );
     expect(queued.status).toBe(202);
     const del = await fetch(`${stack.publicUrl}/v1/requests/${gone}`, { method: 'DELETE' });
     expect(del.status).toBe(204);
@@ -335,14 +410,17 @@ suite(`real peers: Envoy + llm-d EPP (file discovery) + llm-d-inference-sim + ll
     }
     expect(after.status).toBe(400);
     expect(at(await after.json(), 'error', 'code')).toBe('CANCELLED');
-    for (const role of ['encode', 'prefill', 'decode'] as const) expect(simRequestsMatching(simLogs(role), (r) => r.body.includes(doomed))).toEqual([]);
+    for (const role of ['encode', 'prefill', 'decode'] as const)
+      expect(simRequestsMatching(simLogs(role), (r) => r.body.includes(doomed))).toEqual([]);
   }, 60_000);
 
   it('generate wire format (use_openai_format: false): encode and prefill legs are /inference/v1/generate capped to 1 token, decode keeps the client limits', async () => {
     await stack.restartCoordinator({ useOpenaiFormat: false });
     try {
       const id = nextId('limits-generate');
-      const res = await client.post('/v1/chat/completions', imageBody([uniqueImage()], { min_tokens: 3, max_tokens: 5 }), { headers: { 'x-request-id': id } });
+      const res = await client.post('/v1/chat/completions', imageBody([uniqueImage()], { min_tokens: 3, max_tokens: 5 }), {
+        headers: { 'x-request-id': id },
+      });
       expect(res.status).toBe(200);
       await expectTokenLimits(id, '/inference/v1/generate', '/inference/v1/generate');
     } finally {
@@ -360,7 +438,12 @@ suite(`real peers: Envoy + llm-d EPP (file discovery) + llm-d-inference-sim + ll
     await eventually(reloads, (n) => n > seen, 'the EPP to reload the endpoints file', 10_000);
     // Longer than the EPP's refresh (250 ms) and staleness (2 s) windows.
     await new Promise((r) => setTimeout(r, 2500));
-    expect(await stack.readiness()).toEqual({ ready: false, envoyReady: true, readyEndpoints: before.length, expectedEndpoints: before.length + 1 });
+    expect(await stack.readiness()).toEqual({
+      ready: false,
+      envoyReady: true,
+      readyEndpoints: before.length,
+      expectedEndpoints: before.length + 1,
+    });
     stack.writeEndpoints(before);
     let state = await stack.readiness();
     const deadline = Date.now() + 15_000;
@@ -385,12 +468,19 @@ suite(`real peers: Envoy + llm-d EPP (file discovery) + llm-d-inference-sim + ll
 
     const ids = Array.from({ length: 6 }, () => nextId('removed'));
     for (const id of ids) {
-      const res = await client.post('/v1/chat/completions', { model: MODEL, messages: [{ role: 'user', content: `after removal ${id}` }] }, { headers: { 'x-request-id': id } });
+      const res = await client.post(
+        '/v1/chat/completions',
+        { model: MODEL, messages: [{ role: 'user', content: `after removal ${id}` }] },
+        { headers: { 'x-request-id': id } },
+      );
       expect(res.status).toBe(200);
     }
     for (const id of ids) {
       const lines = await waitAccess(id, (ls) => ls.some((l) => l['epp-profile'] === 'prefill'), 'the prefill line');
-      expect(lines.find((l) => l['epp-profile'] === 'prefill')).toMatchObject({ code: '200', upstream: `127.0.0.1:${port['sim-prefill-0']}` });
+      expect(lines.find((l) => l['epp-profile'] === 'prefill')).toMatchObject({
+        code: '200',
+        upstream: `127.0.0.1:${port['sim-prefill-0']}`,
+      });
       expect(simRequestsFor([stack.logs['sim-prefill-1']!], id)).toEqual([]);
     }
   }, 60_000);
@@ -403,7 +493,12 @@ suite(`no-Kubernetes topology with our sim/ workers behind the real EPP${skip ? 
   let client: TestClient;
   beforeAll(async () => {
     dir = mkdtempSync(join(tmpdir(), 'epd-peers-oursim-'));
-    stack = await startEppStack({ dir, ports: await freeEppStackPorts(['encode', 'prefill', 'decode']), eppBin: peerBin('epp'), readyTimeoutMs: 90_000 });
+    stack = await startEppStack({
+      dir,
+      ports: await freeEppStackPorts(['encode', 'prefill', 'decode']),
+      eppBin: peerBin('epp'),
+      readyTimeoutMs: 90_000,
+    });
     client = new TestClient(stack.publicUrl);
   }, 180_000);
   afterAll(async () => {
@@ -415,12 +510,21 @@ suite(`no-Kubernetes topology with our sim/ workers behind the real EPP${skip ? 
   it('the EPP counts our workers as ready (they serve the vLLM gauges) and picks them for every leg', async () => {
     expect(await stack.readiness()).toMatchObject({ ready: true, readyEndpoints: 3 });
     const id = nextId('oursim');
-    const res = await client.post('/v1/chat/completions', { model: MODEL, messages: [{ role: 'user', content: 'hello from our sim' }] }, { headers: { 'x-request-id': id } });
+    const res = await client.post(
+      '/v1/chat/completions',
+      { model: MODEL, messages: [{ role: 'user', content: 'hello from our sim' }] },
+      { headers: { 'x-request-id': id } },
+    );
     expect(res.status).toBe(200);
     expect(at(res.json, 'choices', 0, 'message', 'content')).toBe('hello from our sim');
     expect(res.headers['x-inference-pod']).toBe('sim-decode-0');
     const port = Object.fromEntries(stack.endpoints.map((e) => [e.role, e.port]));
-    const lines = await eventually(() => readAccessLog(stack.accessLogPath).filter((l) => l['id'] === id), (ls) => ls.length === 3, 'three access-log lines', 8000);
+    const lines = await eventually(
+      () => readAccessLog(stack.accessLogPath).filter((l) => l['id'] === id),
+      (ls) => ls.length === 3,
+      'three access-log lines',
+      8000,
+    );
     expect(lines.map((l) => [l['listener'], l['epp-profile'], l['code'], l['upstream']])).toEqual(
       expect.arrayContaining([
         ['gateway', 'decode', '412', '-'],

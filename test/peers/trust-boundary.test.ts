@@ -64,7 +64,13 @@ suite(`trust boundary with the real llm-d EPP (PEERS_BIN)${skip ? ` (skipped: ${
     try {
       // A prompt of its own: the EPP's prefix index never turns a case into a cache hit.
       const body = method === 'POST' ? chatBody(`trust ${path} ${++seq}`) : undefined;
-      const res = await c.request({ method, path, headers: { 'content-type': 'application/json', ...headers }, body, headersTimeout: 30_000 });
+      const res = await c.request({
+        method,
+        path,
+        headers: { 'content-type': 'application/json', ...headers },
+        body,
+        headersTimeout: 30_000,
+      });
       const text = await res.body.text();
       return { status: res.statusCode, headers: res.headers, text };
     } finally {
@@ -79,7 +85,9 @@ suite(`trust boundary with the real llm-d EPP (PEERS_BIN)${skip ? ` (skipped: ${
       const res = await fetch(`http://127.0.0.1:${e.port}/__sim/requests`);
       const doc = (await res.json()) as { requests: Array<{ method: string; path: string; headers: Record<string, string> }> };
       // Not the EPP's own scrapes of the worker's gauges.
-      all.push(...doc.requests.filter((r) => !(r.method === 'GET' && (r.path === '/metrics' || r.path === '/health'))).map((r) => r.headers));
+      all.push(
+        ...doc.requests.filter((r) => !(r.method === 'GET' && (r.path === '/metrics' || r.path === '/health'))).map((r) => r.headers),
+      );
     }
     return all;
   };
@@ -109,7 +117,13 @@ suite(`trust boundary with the real llm-d EPP (PEERS_BIN)${skip ? ` (skipped: ${
   beforeAll(async () => {
     dir = mkdtempSync(join(tmpdir(), 'epd-trust-peers-'));
     ports = await freeEppStackPorts(WORKERS);
-    stack = await startEppStack({ dir, ports, eppBin: join(process.env['PEERS_BIN']!, 'epp'), conditionalDecode: true, readyTimeoutMs: 90_000 });
+    stack = await startEppStack({
+      dir,
+      ports,
+      eppBin: join(process.env['PEERS_BIN']!, 'epp'),
+      conditionalDecode: true,
+      readyTimeoutMs: 90_000,
+    });
     void stack.firstExit.then((name) => (exitedFirst ??= name));
     client = new Client(stack.publicUrl);
   }, 180_000);
@@ -135,14 +149,22 @@ suite(`trust boundary with the real llm-d EPP (PEERS_BIN)${skip ? ` (skipped: ${
       const res = await send('POST', '/v1/chat/completions', { 'x-request-id': nextId('latin1'), [name]: LATIN1_VALUE });
       expect({ name, status: res.status }).toEqual({ name, status: 200 });
     }
-    const all = { ...spoofedGatewayHeaders(), 'x-gateway-inference-fairness-id': LATIN1_VALUE, 'x-llm-d-inference-fairness-id': LATIN1_VALUE };
+    const all = {
+      ...spoofedGatewayHeaders(),
+      'x-gateway-inference-fairness-id': LATIN1_VALUE,
+      'x-llm-d-inference-fairness-id': LATIN1_VALUE,
+    };
     expect((await send('POST', '/v1/chat/completions', { 'x-request-id': nextId('all'), ...all })).status).toBe(200);
     // A request the pipeline does not run (passthrough to decode) loses them too.
     expect((await send('GET', '/v1/models', { 'x-request-id': nextId('models'), ...all })).status).toBe(baseline.GET);
 
     const legs = await workerHeaders();
     expect(legs.length).toBeGreaterThanOrEqual(GATEWAY_HEADERS.size * 2);
-    const carried = legs.flatMap((h) => Object.entries(h).filter(([n, v]) => v.includes('\u00ff') || v.startsWith('spoofed-') || n.includes('fairness')).map(([n]) => n));
+    const carried = legs.flatMap((h) =>
+      Object.entries(h)
+        .filter(([n, v]) => v.includes('\u00ff') || v.startsWith('spoofed-') || n.includes('fairness'))
+        .map(([n]) => n),
+    );
     expect(carried).toEqual([]);
     expect(await eppState()).toEqual(ALIVE);
   });
@@ -156,7 +178,7 @@ suite(`trust boundary with the real llm-d EPP (PEERS_BIN)${skip ? ` (skipped: ${
     expect(await eppState()).toEqual(ALIVE);
   });
 
-  it('every known control path (GET and POST) is Envoy\'s 404, and every path variant gets its documented answer; no refused path reaches a worker', async () => {
+  it("every known control path (GET and POST) is Envoy's 404, and every path variant gets its documented answer; no refused path reaches a worker", async () => {
     for (const path of KNOWN_CONTROL_PATHS) {
       for (const method of ['GET', 'POST'] as const) {
         await resetWorkers();
@@ -219,7 +241,12 @@ suite(`trust boundary with the real llm-d EPP (PEERS_BIN)${skip ? ` (skipped: ${
     `control${process.env['PEERS_TRUST_CONTROL'] === '1' ? '' : ' (skipped: set PEERS_TRUST_CONTROL=1)'}: without the coordinator in front (the gateway listener), the latin-1 fairness id kills the EPP`,
     async () => {
       expect(await eppState()).toEqual(ALIVE);
-      const res = await send('POST', '/v1/chat/completions', { 'epp-profile': 'decode', 'x-gateway-inference-fairness-id': LATIN1_VALUE }, stack.gatewayUrl).catch((err: Error) => ({ status: 0, text: err.message, headers: {} }));
+      const res = await send(
+        'POST',
+        '/v1/chat/completions',
+        { 'epp-profile': 'decode', 'x-gateway-inference-fairness-id': LATIN1_VALUE },
+        stack.gatewayUrl,
+      ).catch((err: Error) => ({ status: 0, text: err.message, headers: {} }));
       process.stdout.write(`trust-boundary control: gateway listener answered ${res.status}\n`);
       const deadline = Date.now() + 10_000;
       let state = await eppState();

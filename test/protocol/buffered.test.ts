@@ -100,7 +100,8 @@ describe('BUFFERED forward', () => {
 describe('BUFFERED respond', () => {
   it('answers the body with an immediate_response', async () => {
     h.handler.reset(() => ({
-      decide: () => respond(502, { 'content-type': 'application/json' }, Buffer.from('{"error":{"code":502}}'), { error_class: 'upstream' }),
+      decide: () =>
+        respond(502, { 'content-type': 'application/json' }, Buffer.from('{"error":{"code":502}}'), { error_class: 'upstream' }),
     }));
     const s = h.client.open();
     s.sendHeaders(chatHeaders(), { requestBodyMode: 'BUFFERED' });
@@ -151,7 +152,14 @@ describe('BUFFERED without a body or without an exchange', () => {
   it('processes a headers-only request in the headers reply', async () => {
     h.handler.reset(() => ({ decide: () => forward({ setHeaders: { 'epp-profile': 'decode' } }) }));
     const s = h.client.open();
-    s.sendHeaders([[':method', 'GET'], [':path', '/v1/models'], ['content-length', '0']], { endOfStream: true, requestBodyMode: 'BUFFERED' });
+    s.sendHeaders(
+      [
+        [':method', 'GET'],
+        [':path', '/v1/models'],
+        ['content-length', '0'],
+      ],
+      { endOfStream: true, requestBodyMode: 'BUFFERED' },
+    );
     const common = (await s.next()).request_headers!.response!;
     expect(headerEntries(common.header_mutation)).toEqual({ 'epp-profile': 'decode' });
     // content-length is left alone when there is no body to change.
@@ -165,7 +173,13 @@ describe('BUFFERED without a body or without an exchange', () => {
   it('answers a headers-only request with an immediate_response when the decision is respond', async () => {
     h.handler.reset(() => ({ decide: () => respond(404, {}, Buffer.from('nope')) }));
     const s = h.client.open();
-    s.sendHeaders([[':method', 'GET'], [':path', '/nope']], { endOfStream: true, requestBodyMode: 'BUFFERED' });
+    s.sendHeaders(
+      [
+        [':method', 'GET'],
+        [':path', '/nope'],
+      ],
+      { endOfStream: true, requestBodyMode: 'BUFFERED' },
+    );
     const ir = (await s.next()).immediate_response!;
     expect(ir.status!.code).toBe('NotFound');
     expect(ir.body.toString()).toBe('nope');

@@ -56,7 +56,10 @@ export interface ProcessingResponseMsg {
   } | null;
   streamed_immediate_response?: {
     response?: 'headers_response' | 'body_response' | 'trailers_response';
-    headers_response?: { headers: { headers: Array<{ key: string; value: string; raw_value: Buffer }> } | null; end_of_stream: boolean } | null;
+    headers_response?: {
+      headers: { headers: Array<{ key: string; value: string; raw_value: Buffer }> } | null;
+      end_of_stream: boolean;
+    } | null;
     body_response?: { body: Buffer; end_of_stream: boolean } | null;
   } | null;
   dynamic_metadata: StructMsg | null;
@@ -113,9 +116,7 @@ export class EnvoyStream {
   }
 
   sendHeaders(headers: Array<[string, string]>, opts: HeadersOptions = {}): void {
-    const list = headers.map(([key, value]) =>
-      opts.legacyValues ? { key, value } : { key, raw_value: Buffer.from(value, 'latin1') },
-    );
+    const list = headers.map(([key, value]) => (opts.legacyValues ? { key, value } : { key, raw_value: Buffer.from(value, 'latin1') }));
     this.sendRaw({ request_headers: { headers: { headers: list }, end_of_stream: opts.endOfStream ?? false } }, opts);
   }
 

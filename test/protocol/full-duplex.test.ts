@@ -156,7 +156,8 @@ describe('FULL_DUPLEX_STREAMED forward', () => {
 describe('FULL_DUPLEX_STREAMED respond', () => {
   it('answers with an immediate_response carrying status, headers, body and metadata', async () => {
     h.handler.reset(() => ({
-      decide: () => respond(422, { 'content-type': 'application/json', 'x-why': 'bad' }, Buffer.from('{"error":{}}'), { error_class: 'bad_request' }),
+      decide: () =>
+        respond(422, { 'content-type': 'application/json', 'x-why': 'bad' }, Buffer.from('{"error":{}}'), { error_class: 'bad_request' }),
     }));
     const s = h.client.open();
     s.sendHeaders(chatHeaders(), { requestBodyMode: 'FULL_DUPLEX_STREAMED' });
@@ -217,7 +218,13 @@ describe('FULL_DUPLEX_STREAMED without a body or without an exchange', () => {
   it('processes a headers-only request at once and answers in the headers reply', async () => {
     h.handler.reset(() => ({ decide: () => forward({ setHeaders: { 'epp-profile': 'decode' }, metadata: { path: 'headers_only' } }) }));
     const s = h.client.open();
-    s.sendHeaders([[':method', 'GET'], [':path', '/v1/models']], { endOfStream: true, requestBodyMode: 'FULL_DUPLEX_STREAMED' });
+    s.sendHeaders(
+      [
+        [':method', 'GET'],
+        [':path', '/v1/models'],
+      ],
+      { endOfStream: true, requestBodyMode: 'FULL_DUPLEX_STREAMED' },
+    );
     const msg = await s.next();
     expect(msg.response).toBe('request_headers');
     expect(headerEntries(msg.request_headers!.response!.header_mutation)).toEqual({ 'epp-profile': 'decode' });

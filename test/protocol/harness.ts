@@ -21,7 +21,11 @@ export interface Harness {
 /** Server bounds a suite may set (defaults: the server's own). */
 export type HarnessBounds = Pick<ExtProcServerOptions, 'streamIdleTimeoutMs' | 'maxRequestHeaders'>;
 
-export async function startHarness(fallbackBodyMode: FallbackBodyMode, maxBodyBytes = 64 * 1024 * 1024, bounds: HarnessBounds = {}): Promise<Harness> {
+export async function startHarness(
+  fallbackBodyMode: FallbackBodyMode,
+  maxBodyBytes = 64 * 1024 * 1024,
+  bounds: HarnessBounds = {},
+): Promise<Harness> {
   const handler = new ScriptedHandler();
   const server = await startExtProcServer({
     address: '127.0.0.1:0',

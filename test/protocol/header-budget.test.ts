@@ -58,10 +58,19 @@ describe('the count (exceedsHeaderBudget)', () => {
     const named = FORWARD_HEADER_NAMES.map((n): [string, string] => [n, 'x']);
     const allowed = DEFAULT_MAX_REQUEST_HEADERS - FORWARD_CONFIGURABLE_HEADERS;
     expect(exceedsHeaderBudget(mapOf(headerList(allowed, named)), DEFAULT_MAX_REQUEST_HEADERS)).toBeNull();
-    expect(exceedsHeaderBudget(mapOf(headerList(allowed + 1, named)), DEFAULT_MAX_REQUEST_HEADERS)).toEqual({ entries: allowed + 1, allowed });
+    expect(exceedsHeaderBudget(mapOf(headerList(allowed + 1, named)), DEFAULT_MAX_REQUEST_HEADERS)).toEqual({
+      entries: allowed + 1,
+      allowed,
+    });
     // Counted once however often it repeats, and whatever its case.
-    const twice = headerList(allowed, [['Epp-Profile', 'a'], ['epp-profile', 'b']]);
-    expect(exceedsHeaderBudget(mapOf(twice), DEFAULT_MAX_REQUEST_HEADERS)).toEqual({ entries: allowed, allowed: DEFAULT_MAX_REQUEST_HEADERS - MAX_FORWARD_ADDED_HEADERS + 1 });
+    const twice = headerList(allowed, [
+      ['Epp-Profile', 'a'],
+      ['epp-profile', 'b'],
+    ]);
+    expect(exceedsHeaderBudget(mapOf(twice), DEFAULT_MAX_REQUEST_HEADERS)).toEqual({
+      entries: allowed,
+      allowed: DEFAULT_MAX_REQUEST_HEADERS - MAX_FORWARD_ADDED_HEADERS + 1,
+    });
   });
 
   it('0 turns the check off; an empty map is within any limit', () => {
@@ -106,49 +115,59 @@ describe('at request_headers (the pipeline handler)', () => {
     decided.length = 0;
   });
 
-  async function send(list: Array<[string, string]>, mode: 'FULL_DUPLEX_STREAMED' | 'BUFFERED'): Promise<{ first: ProcessingResponseMsg; s: EnvoyStream }> {
+  async function send(
+    list: Array<[string, string]>,
+    mode: 'FULL_DUPLEX_STREAMED' | 'BUFFERED',
+  ): Promise<{ first: ProcessingResponseMsg; s: EnvoyStream }> {
     const s = client.open();
     s.sendHeaders(list, { requestBodyMode: mode });
     if (mode === 'FULL_DUPLEX_STREAMED') s.sendBody(BODY, true);
     return { first: await s.next(), s };
   }
 
-  it.each(['FULL_DUPLEX_STREAMED', 'BUFFERED'] as const)('%s: at the limit the pipeline runs; one more is a 431, observed, and no step runs', async (mode) => {
-    const ok = await send(headerList(ALLOWED), mode);
-    expect(ok.first.response).toBe('request_headers');
-    if (mode === 'BUFFERED') {
-      ok.s.sendBody(BODY, true);
-      expect((await ok.s.next()).response).toBe('request_body');
-    }
-    ok.s.end();
-    await ok.s.rest();
-    expect(stepRuns).toBe(1);
+  it.each(['FULL_DUPLEX_STREAMED', 'BUFFERED'] as const)(
+    '%s: at the limit the pipeline runs; one more is a 431, observed, and no step runs',
+    async (mode) => {
+      const ok = await send(headerList(ALLOWED), mode);
+      expect(ok.first.response).toBe('request_headers');
+      if (mode === 'BUFFERED') {
+        ok.s.sendBody(BODY, true);
+        expect((await ok.s.next()).response).toBe('request_body');
+      }
+      ok.s.end();
+      await ok.s.rest();
+      expect(stepRuns).toBe(1);
 
-    stepRuns = 0;
-    results.length = 0;
-    const over = await send(headerList(ALLOWED + 1), mode);
-    expect(over.first.response).toBe('immediate_response');
-    const imm = over.first.immediate_response!;
-    expect(imm.status!.code).toBe('RequestHeaderFieldsTooLarge');
-    expect(headerEntries(imm.headers)['content-type']).toBe('application/json');
-    expect(JSON.parse(imm.body.toString())).toEqual({
-      error: {
-        message: expect.stringMatching(new RegExp(`^request has too many headers \\(${ALLOWED + 1}\\); the limit is ${ALLOWED} \\(request_id: [0-9a-f-]{36}\\)$`)),
-        type: 'invalid_request_error',
-        param: null,
-        code: 431,
-      },
-    });
-    expect(structToJson(over.first.dynamic_metadata)[NS]).toEqual(
-      expect.objectContaining({ status: 431, path_taken: 'error', error_class: 'bad_request', error_step: 'headers' }),
-    );
-    over.s.end();
-    expect(await over.s.rest()).toEqual([]);
-    expect((await over.s.status).code).toBe(grpc.status.OK);
-    expect(stepRuns).toBe(0);
-    // The observer (metrics, tracing) sees the 431 like every other answer.
-    expect(results).toEqual([expect.objectContaining({ path: 'error', status: 431, errorClass: 'bad_request', errorStep: 'headers', stepsStarted: [] })]);
-  });
+      stepRuns = 0;
+      results.length = 0;
+      const over = await send(headerList(ALLOWED + 1), mode);
+      expect(over.first.response).toBe('immediate_response');
+      const imm = over.first.immediate_response!;
+      expect(imm.status!.code).toBe('RequestHeaderFieldsTooLarge');
+      expect(headerEntries(imm.headers)['content-type']).toBe('application/json');
+      expect(JSON.parse(imm.body.toString())).toEqual({
+        error: {
+          message: expect.stringMatching(
+            new RegExp(`^request has too many headers \\(${ALLOWED + 1}\\); the limit is ${ALLOWED} \\(request_id: [0-9a-f-]{36}\\)$`),
+          ),
+          type: 'invalid_request_error',
+          param: null,
+          code: 431,
+        },
+      });
+      expect(structToJson(over.first.dynamic_metadata)[NS]).toEqual(
+        expect.objectContaining({ status: 431, path_taken: 'error', error_class: 'bad_request', error_step: 'headers' }),
+      );
+      over.s.end();
+      expect(await over.s.rest()).toEqual([]);
+      expect((await over.s.status).code).toBe(grpc.status.OK);
+      expect(stepRuns).toBe(0);
+      // The observer (metrics, tracing) sees the 431 like every other answer.
+      expect(results).toEqual([
+        expect.objectContaining({ path: 'error', status: 431, errorClass: 'bad_request', errorStep: 'headers', stepsStarted: [] }),
+      ]);
+    },
+  );
 
   it("the client's x-request-id, when valid, is the one in the error", async () => {
     const { first, s } = await send(headerList(LIMIT, [['x-request-id', 'abc-123']]), 'FULL_DUPLEX_STREAMED');
@@ -159,8 +178,14 @@ describe('at request_headers (the pipeline handler)', () => {
 
   it('requests not on the inference paths are refused too: their forward carries our headers as well', async () => {
     for (const pseudo of [
-      [[':method', 'POST'], [':path', '/v1/embeddings']],
-      [[':method', 'GET'], [':path', '/v1/completions']],
+      [
+        [':method', 'POST'],
+        [':path', '/v1/embeddings'],
+      ],
+      [
+        [':method', 'GET'],
+        [':path', '/v1/completions'],
+      ],
     ] as Array<Array<[string, string]>>) {
       const { first, s } = await send(headerList(LIMIT * 3, [], pseudo), 'FULL_DUPLEX_STREAMED');
       expect(first.response).toBe('immediate_response');
@@ -174,7 +199,14 @@ describe('at request_headers (the pipeline handler)', () => {
   });
 
   it('a query string does not hide an inference path', async () => {
-    const list = headerList(ALLOWED + 1, [], [[':method', 'POST'], [':path', '/v1/chat/completions?x=1']]);
+    const list = headerList(
+      ALLOWED + 1,
+      [],
+      [
+        [':method', 'POST'],
+        [':path', '/v1/chat/completions?x=1'],
+      ],
+    );
     const { first, s } = await send(list, 'FULL_DUPLEX_STREAMED');
     expect(first.response).toBe('immediate_response');
     s.end();
@@ -249,7 +281,12 @@ describe('every header the forward can add is counted', () => {
           tracing: true,
           server: { listen_addr: '127.0.0.1:0', metrics_addr: '', body_mode: 'buffered' },
           gateway: { address: sim.url },
-          pipeline: { steps: [{ type: 'prefill', params: nixl }, { type: 'decode', params: nixl }] },
+          pipeline: {
+            steps: [
+              { type: 'prefill', params: nixl },
+              { type: 'decode', params: nixl },
+            ],
+          },
         },
         {},
       ),

@@ -217,7 +217,13 @@ describe('body mode selection', () => {
   it('STREAMED still processes a request without a body', async () => {
     fd.handler.reset(() => ({ decide: () => respond(403, {}, Buffer.from('no')) }));
     const s = fd.client.open();
-    s.sendHeaders([[':method', 'GET'], [':path', '/x']], { endOfStream: true, requestBodyMode: 'STREAMED' });
+    s.sendHeaders(
+      [
+        [':method', 'GET'],
+        [':path', '/x'],
+      ],
+      { endOfStream: true, requestBodyMode: 'STREAMED' },
+    );
     expect((await s.next()).immediate_response!.status!.code).toBe('Forbidden');
     s.end();
     await s.status;
@@ -250,9 +256,18 @@ describe('request head decoding', () => {
 
   it('treats hostile names like __proto__ and constructor as ordinary headers', async () => {
     const s = fd.client.open();
-    s.sendHeaders([[':method', 'POST'], [':path', '/p'], ['__proto__', 'x'], ['constructor', 'c'], ['tostring', 't']], {
-      requestBodyMode: 'FULL_DUPLEX_STREAMED',
-    });
+    s.sendHeaders(
+      [
+        [':method', 'POST'],
+        [':path', '/p'],
+        ['__proto__', 'x'],
+        ['constructor', 'c'],
+        ['tostring', 't'],
+      ],
+      {
+        requestBodyMode: 'FULL_DUPLEX_STREAMED',
+      },
+    );
     await s.next();
     const head = fd.handler.heads[0]!;
     expect(Object.getPrototypeOf(head.headers)).toBe(Object.prototype);
@@ -263,10 +278,17 @@ describe('request head decoding', () => {
 
   it('falls back to value when raw_value is empty (older Envoy)', async () => {
     const s = fd.client.open();
-    s.sendHeaders([[':method', 'POST'], [':path', '/v1/chat/completions'], ['x-legacy', 'v']], {
-      requestBodyMode: 'FULL_DUPLEX_STREAMED',
-      legacyValues: true,
-    });
+    s.sendHeaders(
+      [
+        [':method', 'POST'],
+        [':path', '/v1/chat/completions'],
+        ['x-legacy', 'v'],
+      ],
+      {
+        requestBodyMode: 'FULL_DUPLEX_STREAMED',
+        legacyValues: true,
+      },
+    );
     await s.next();
     expect(fd.handler.heads[0]).toEqual({ method: 'POST', path: '/v1/chat/completions', headers: { 'x-legacy': 'v' } });
     s.end();
@@ -276,7 +298,10 @@ describe('request head decoding', () => {
   it('drops header names and values Envoy would reject instead of failing the request', async () => {
     fd.handler.reset(() => ({
       decide: () =>
-        forward({ setHeaders: { good: 'ok', 'bad name': 'x', 'x-inject': 'a\r\nx-evil: 1', 'x-pad': '  padded\t' }, removeHeaders: ['bad\nname', 'x-old'] }),
+        forward({
+          setHeaders: { good: 'ok', 'bad name': 'x', 'x-inject': 'a\r\nx-evil: 1', 'x-pad': '  padded\t' },
+          removeHeaders: ['bad\nname', 'x-old'],
+        }),
     }));
     const s = fd.client.open();
     s.sendHeaders(chatHeaders(), { endOfStream: true, requestBodyMode: 'FULL_DUPLEX_STREAMED' });
@@ -289,7 +314,12 @@ describe('request head decoding', () => {
 
   it('keeps hop-by-hop and length headers out of an immediate response', async () => {
     fd.handler.reset(() => ({
-      decide: () => respond(200, { 'content-type': 'text/plain', 'content-length': '999', connection: 'close', 'transfer-encoding': 'chunked' }, Buffer.from('hi')),
+      decide: () =>
+        respond(
+          200,
+          { 'content-type': 'text/plain', 'content-length': '999', connection: 'close', 'transfer-encoding': 'chunked' },
+          Buffer.from('hi'),
+        ),
     }));
     const s = fd.client.open();
     s.sendHeaders(chatHeaders(), { endOfStream: true, requestBodyMode: 'FULL_DUPLEX_STREAMED' });

@@ -161,14 +161,20 @@ describe.each(['FULL_DUPLEX_STREAMED', 'BUFFERED'] as const)('idle deadline with
     const s = env.client.open();
     const body = Buffer.from(JSON.stringify({ model: 'm', prompt: [1, 2, 3], max_tokens: 1 }));
     s.sendHeaders(
-      [[':method', 'POST'], [':path', '/v1/completions'], ['content-type', 'application/json'], ['content-length', String(body.length)]],
+      [
+        [':method', 'POST'],
+        [':path', '/v1/completions'],
+        ['content-type', 'application/json'],
+        ['content-length', String(body.length)],
+      ],
       { requestBodyMode: mode },
     );
     if (mode === 'BUFFERED') expect((await s.next()).response).toBe('request_headers');
     s.sendBody(body, true);
     // The forward's mutation: on the held headers reply (full duplex) or the body reply (buffered).
     const answer = await s.next();
-    const mutation = mode === 'BUFFERED' ? answer.request_body?.response?.header_mutation : answer.request_headers?.response?.header_mutation;
+    const mutation =
+      mode === 'BUFFERED' ? answer.request_body?.response?.header_mutation : answer.request_headers?.response?.header_mutation;
     expect(headerEntries(mutation)['epp-profile']).toBe('decode');
     expect(env.sim.requests).toHaveLength(1);
     expect(env.sim.requests[0]!.closedEarly).toBe(false);

@@ -127,7 +127,7 @@ describe('streamed_immediate_response: message sequence', () => {
     await s.status;
   });
 
-  it('passes any final status (418 is not in Envoy\'s enum but is fine as :status); 1xx becomes 502', async () => {
+  it("passes any final status (418 is not in Envoy's enum but is fine as :status); 1xx becomes 502", async () => {
     for (const [status, expected] of [
       [418, '418'],
       [101, '502'],
@@ -225,7 +225,14 @@ describe('streamed_immediate_response: Envoy goes away mid-relay', () => {
   it.each(['cancel', 'half-close'] as const)('%s: the exchange is aborted exactly once and the source released', async (how) => {
     const started = deferred<void>();
     const released = { value: false };
-    h.handler.reset(() => ({ decide: () => respond(200, {}, abortableSource(() => h.handler.exchanges[0]!, started, released)) }));
+    h.handler.reset(() => ({
+      decide: () =>
+        respond(
+          200,
+          {},
+          abortableSource(() => h.handler.exchanges[0]!, started, released),
+        ),
+    }));
     const s = open();
     streamedHeaders(await s.next());
     expect(bodyChunk(await s.next()).body.toString()).toBe('data: 1\n\n');

@@ -99,7 +99,9 @@ describe.each(['full_duplex', 'buffered'] as const)('request bounds through Envo
     const many = Object.fromEntries(Array.from({ length: 78 }, (_, i) => [`x-h${i}`, 'v']));
     const res = await client.post('/v1/completions', PLAIN, { headers: many });
     expectOpenAiError(res, 431);
-    expect(res.json).toEqual({ error: expect.objectContaining({ message: expect.stringMatching(/^request has too many headers \(\d+\); the limit is \d+ /) }) });
+    expect(res.json).toEqual({
+      error: expect.objectContaining({ message: expect.stringMatching(/^request has too many headers \(\d+\); the limit is \d+ /) }),
+    });
     for (const sim of Object.values(stack.sims)) expect(sim.requests).toHaveLength(0);
   });
 
@@ -113,11 +115,13 @@ describe.each(['full_duplex', 'buffered'] as const)('request bounds through Envo
     // The window is closed from below, not by refusing everything: the low end still passes.
     expect(statuses[64]).toBe(200);
     // And once refused, every larger count is refused too.
-    const firstRefused = Object.keys(statuses).map(Number).find((n) => statuses[n] === 431)!;
+    const firstRefused = Object.keys(statuses)
+      .map(Number)
+      .find((n) => statuses[n] === 431)!;
     for (let n = firstRefused; n <= 86; n++) expect(statuses[n]).toBe(431);
   });
 
-  it('a header over the workers\' own limit (16 KB in Node and uvicorn) is the client\'s 431', async () => {
+  it("a header over the workers' own limit (16 KB in Node and uvicorn) is the client's 431", async () => {
     const res = await client.post('/v1/completions', PLAIN, { headers: { 'x-big': 'b'.repeat(20 * 1024) } });
     expectOpenAiError(res, 431);
   });
@@ -184,13 +188,23 @@ describe('ext_proc bounds', () => {
     const sim = await startSimulator({ name: 'sim-any', role: 'any' });
     const service = await startService(
       // max_request_headers off: the 431 for too many headers would answer before any is read.
-      parseConfig({ server: { listen_addr: '127.0.0.1:0', metrics_addr: '127.0.0.1:0', max_request_headers: 0 }, gateway: { address: sim.url }, pipeline: { steps: [{ type: 'prefill' }, { type: 'decode' }] } }, {}),
+      parseConfig(
+        {
+          server: { listen_addr: '127.0.0.1:0', metrics_addr: '127.0.0.1:0', max_request_headers: 0 },
+          gateway: { address: sim.url },
+          pipeline: { steps: [{ type: 'prefill' }, { type: 'decode' }] },
+        },
+        {},
+      ),
       { log: silentLogger() },
     );
     const client = new EnvoyClient(service.grpcPort);
     try {
       const s = client.open();
-      const headers: Array<[string, string]> = [[':method', 'POST'], [':path', '/v1/completions']];
+      const headers: Array<[string, string]> = [
+        [':method', 'POST'],
+        [':path', '/v1/completions'],
+      ];
       for (let i = 0; i < 3000; i++) headers.push([`x-h${i}`, 'v']);
       s.sendHeaders(headers, { requestBodyMode: 'FULL_DUPLEX_STREAMED' });
       s.sendBody(Buffer.from(JSON.stringify({ model: 'm', prompt: [1, 2], max_tokens: 1 })), true);

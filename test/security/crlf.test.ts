@@ -114,9 +114,18 @@ describe('CRLF in headers a side call would forward (ext_proc level)', () => {
 
   it('a bad x-request-id alone is replaced; the request still succeeds and the workers see no injected line', async () => {
     const s = client.open();
-    s.sendHeaders([[':method', 'POST'], [':path', '/v1/completions'], ['x-request-id', 'ok\r\nx-injected: id'], ['x-keep', 'kept'], ['x-injected\r\nx-injected', 'name']], {
-      requestBodyMode: 'FULL_DUPLEX_STREAMED',
-    });
+    s.sendHeaders(
+      [
+        [':method', 'POST'],
+        [':path', '/v1/completions'],
+        ['x-request-id', 'ok\r\nx-injected: id'],
+        ['x-keep', 'kept'],
+        ['x-injected\r\nx-injected', 'name'],
+      ],
+      {
+        requestBodyMode: 'FULL_DUPLEX_STREAMED',
+      },
+    );
     s.sendBody(Buffer.from(JSON.stringify({ model: 'm', prompt: 'hello', max_tokens: 2 })), true);
     const answer = await s.next();
     expect(answer.response).toBe('request_headers');
@@ -139,7 +148,10 @@ describe('CRLF in headers a side call would forward (ext_proc level)', () => {
 describe('header mutations the service sends to Envoy', () => {
   it('a value with CR, LF or NUL is dropped (and reported), never sent', () => {
     const dropped = { invalid: [] as string[] };
-    const m = buildHeaderMutation({ set: { 'x-ok': 'fine', 'x-crlf': 'a\r\nx-injected: 1', 'x-lf': 'a\nb', 'x-nul': 'a\u0000b', 'bad name': 'v' } }, dropped);
+    const m = buildHeaderMutation(
+      { set: { 'x-ok': 'fine', 'x-crlf': 'a\r\nx-injected: 1', 'x-lf': 'a\nb', 'x-nul': 'a\u0000b', 'bad name': 'v' } },
+      dropped,
+    );
     expect(m.set_headers.map((h) => h.header.key)).toEqual(['x-ok']);
     expect(dropped.invalid.sort()).toEqual(['bad name', 'x-crlf', 'x-lf', 'x-nul']);
   });
@@ -170,7 +182,10 @@ describe('CR, LF and NUL from an HTTP client, through Envoy', () => {
       });
       sock.on('error', done);
       sock.on('close', done);
-      sock.write(`POST /v1/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n${headerLine}\r\ncontent-length: ${body.length}\r\n\r\n${body}`, 'latin1');
+      sock.write(
+        `POST /v1/completions HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n${headerLine}\r\ncontent-length: ${body.length}\r\n\r\n${body}`,
+        'latin1',
+      );
     });
   }
 

@@ -19,7 +19,15 @@ const pngUri = `data:image/png;base64,${PNG_BYTES.toString('base64')}`;
 const imageChat = {
   model: 'sim-model',
   max_tokens: 3,
-  messages: [{ role: 'user', content: [{ type: 'text', text: 'what is this' }, { type: 'image_url', image_url: { url: pngUri } }] }],
+  messages: [
+    {
+      role: 'user',
+      content: [
+        { type: 'text', text: 'what is this' },
+        { type: 'image_url', image_url: { url: pngUri } },
+      ],
+    },
+  ],
 };
 
 describe.each(['full_duplex', 'buffered'] as const)('the header policy through Envoy (%s)', (bodyMode) => {
@@ -45,11 +53,18 @@ describe.each(['full_duplex', 'buffered'] as const)('the header policy through E
   });
   beforeEach(() => stack.reset());
 
-  const allLegs = () => [...stack.sims.render.requests, ...stack.sims.encode.requests, ...stack.sims.prefill.requests, ...stack.sims.decode.requests];
+  const allLegs = () => [
+    ...stack.sims.render.requests,
+    ...stack.sims.encode.requests,
+    ...stack.sims.prefill.requests,
+    ...stack.sims.decode.requests,
+  ];
 
   test('no client gateway header reaches any leg as sent; a trusted one reaches every leg', async () => {
     const { 'x-llm-d-slo-ttft-ms': _trusted, ...untrusted } = SPOOFED;
-    const res = await client.post('/v1/chat/completions', imageChat, { headers: { ...untrusted, 'x-llm-d-slo-ttft-ms': '800', 'x-request-id': `hp-${bodyMode}` } });
+    const res = await client.post('/v1/chat/completions', imageChat, {
+      headers: { ...untrusted, 'x-llm-d-slo-ttft-ms': '800', 'x-request-id': `hp-${bodyMode}` },
+    });
     expect(res.status).toBe(200);
     expect(stack.sims.render.requests).toHaveLength(1);
     expect(stack.sims.encode.requests).toHaveLength(1);
@@ -65,14 +80,24 @@ describe.each(['full_duplex', 'buffered'] as const)('the header policy through E
     expect(stack.sims.decode.requests[0]!.headers['epp-profile']).toBe('decode');
     // And no client value of a scheduling header survives, not even under another value.
     for (const leg of allLegs()) {
-      for (const name of ['x-llm-d-inference-fairness-id', 'x-gateway-inference-fairness-id', 'x-llm-d-inference-objective', 'x-gateway-inference-objective', 'x-gateway-priority', 'x-llm-d-pin-host-port', 'x-peer-topology']) {
+      for (const name of [
+        'x-llm-d-inference-fairness-id',
+        'x-gateway-inference-fairness-id',
+        'x-llm-d-inference-objective',
+        'x-gateway-inference-objective',
+        'x-gateway-priority',
+        'x-llm-d-pin-host-port',
+        'x-peer-topology',
+      ]) {
         expect(leg.headers).not.toHaveProperty(name);
       }
     }
   });
 
-  test('a pass-through API (GET /v1/models) reaches decode without the client\'s gateway headers', async () => {
-    const res = await request(`${stack.publicUrl}/v1/models`, { headers: { 'x-gateway-inference-fairness-id': 'tenant-b', 'x-llm-d-inference-objective': 'premium' } });
+  test("a pass-through API (GET /v1/models) reaches decode without the client's gateway headers", async () => {
+    const res = await request(`${stack.publicUrl}/v1/models`, {
+      headers: { 'x-gateway-inference-fairness-id': 'tenant-b', 'x-llm-d-inference-objective': 'premium' },
+    });
     await res.body.text();
     expect(res.statusCode).toBe(200);
     expect(stack.sims.decode.requests).toHaveLength(1);
@@ -88,24 +113,33 @@ describe.each(['full_duplex', 'buffered'] as const)('the header policy through E
   ])('%s with a non-ASCII value (%s, %s %s): 400 naming it, no leg runs', async (_what, name, method, path) => {
     const res = await request(`${stack.publicUrl}${path}`, {
       method: method as 'GET' | 'POST',
-      headers: { 'content-type': 'application/json', [name]: latin1, 'x-request-id': `na-${bodyMode.replace("_", "-")}` },
+      headers: { 'content-type': 'application/json', [name]: latin1, 'x-request-id': `na-${bodyMode.replace('_', '-')}` },
       body: method === 'POST' ? JSON.stringify(imageChat) : undefined,
     });
     const body = (await res.body.json()) as { error: { message: string; type: string } };
     expect(res.statusCode).toBe(400);
-    expect(body.error).toMatchObject({ type: 'invalid_request_error', message: `header "${name}" has a value that is not visible ASCII (request_id: na-${bodyMode.replace("_", "-")})` });
+    expect(body.error).toMatchObject({
+      type: 'invalid_request_error',
+      message: `header "${name}" has a value that is not visible ASCII (request_id: na-${bodyMode.replace('_', '-')})`,
+    });
     expect(allLegs()).toHaveLength(0);
   });
 
   test('a repeated header whose later value is not visible ASCII (Envoy forwards every value): 400 naming it, no leg runs', async () => {
     const res = await request(`${stack.publicUrl}/v1/chat/completions`, {
       method: 'POST',
-      headers: { 'content-type': 'application/json', 'x-client-note': ['fine', latin1], 'x-request-id': `rep-${bodyMode.replace('_', '-')}` },
+      headers: {
+        'content-type': 'application/json',
+        'x-client-note': ['fine', latin1],
+        'x-request-id': `rep-${bodyMode.replace('_', '-')}`,
+      },
       body: JSON.stringify(imageChat),
     });
     const body = (await res.body.json()) as { error: { message: string } };
     expect(res.statusCode).toBe(400);
-    expect(body.error.message).toBe(`header "x-client-note" has a value that is not visible ASCII (request_id: rep-${bodyMode.replace('_', '-')})`);
+    expect(body.error.message).toBe(
+      `header "x-client-note" has a value that is not visible ASCII (request_id: rep-${bodyMode.replace('_', '-')})`,
+    );
     expect(allLegs()).toHaveLength(0);
   });
 

@@ -55,7 +55,7 @@ describe.each(['full_duplex', 'buffered'] as const)('client routing headers (%s)
     for (const sim of Object.values(stack.sims)) expect(sim.requests).toHaveLength(0);
   });
 
-  it('a request the pipeline does not handle (GET /v1/models) loses the client\'s routing headers too', async () => {
+  it("a request the pipeline does not handle (GET /v1/models) loses the client's routing headers too", async () => {
     const { request } = await import('undici');
     const res = await request(`${stack.publicUrl}/v1/models`, {
       headers: { 'epp-profile': 'prefill', 'x-gateway-destination-endpoint': `127.0.0.1:${stack.sims.prefill.port}` },
@@ -73,7 +73,9 @@ describe.each(['full_duplex', 'buffered'] as const)('client routing headers (%s)
   // (if-available, reserve-endpoint: answers with a pod address); the envoy/ strip-routing-headers
   // filter removes a client's, and the coordinator sets its own where it needs them.
   it('client pin / reserve headers never reach a worker as sent', async () => {
-    const res = await client.post('/v1/chat/completions', chat, { headers: { 'x-llm-d-pin-host-port': '10.9.9.9:8000', prefer: 'reserve-endpoint' } });
+    const res = await client.post('/v1/chat/completions', chat, {
+      headers: { 'x-llm-d-pin-host-port': '10.9.9.9:8000', prefer: 'reserve-endpoint' },
+    });
     expect(res.status).toBe(200);
     for (const leg of [...stack.sims.prefill.requests, ...stack.sims.decode.requests]) {
       expect(leg.headers['x-llm-d-pin-host-port']).toBeUndefined();

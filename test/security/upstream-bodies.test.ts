@@ -48,12 +48,20 @@ describe('upstream error bodies', () => {
 
   const chatWith = (url: string) => ({
     model: 'sim-model',
-    messages: [{ role: 'user', content: [{ type: 'text', text: 'look' }, { type: 'image_url', image_url: { url } }] }],
+    messages: [
+      {
+        role: 'user',
+        content: [
+          { type: 'text', text: 'look' },
+          { type: 'image_url', image_url: { url } },
+        ],
+      },
+    ],
   });
   const inline = `data:image/png;base64,${PNG_BYTES.toString('base64')}`;
 
   describe.each(['render', 'encode', 'prefill'] as const)('%s', (role: Role) => {
-    it.each([400, 404, 422, 429, 500, 503])('HTTP %d: our status and message, none of the worker\'s body', async (status) => {
+    it.each([400, 404, 422, 429, 500, 503])("HTTP %d: our status and message, none of the worker's body", async (status) => {
       for (const body of BODIES) {
         stack.reset();
         stack.sims[role].setFaults([{ status, body }]);
@@ -63,20 +71,24 @@ describe('upstream error bodies', () => {
         expect(res.headers['x-inference-pod']).toBeUndefined();
         if (status < 500) {
           const step = role === 'encode' ? 'encode[0]' : role;
-          expect(at(res.json, 'error', 'message')).toMatch(new RegExp(`^${step.replace(/[[\]]/g, '\\$&')} rejected the request: HTTP ${status} \\(request_id: `));
+          expect(at(res.json, 'error', 'message')).toMatch(
+            new RegExp(`^${step.replace(/[[\]]/g, '\\$&')} rejected the request: HTTP ${status} \\(request_id: `),
+          );
         }
       }
     });
   });
 
   it.each([403, 404, 500])('an image host answering %d with a body: 502 and none of its body (Q7)', async (status) => {
-    images.on('/img.png', (_req, res) => res.writeHead(status, { 'content-type': 'text/html', 'x-host-secret': UPSTREAM_SECRET }).end(BODIES[1]));
+    images.on('/img.png', (_req, res) =>
+      res.writeHead(status, { 'content-type': 'text/html', 'x-host-secret': UPSTREAM_SECRET }).end(BODIES[1]),
+    );
     const res = await client.post('/v1/chat/completions', chatWith(`${images.url}/img.png`));
     expectOpenAiError(res, 502);
     expect(JSON.stringify(res.headers)).not.toContain(UPSTREAM_SECRET);
   });
 
-  it('decode (Envoy\'s forward) is the documented exception: its answer reaches the client as sent', async () => {
+  it("decode (Envoy's forward) is the documented exception: its answer reaches the client as sent", async () => {
     stack.sims.decode.setFaults([{ status: 503, body: 'decode worker says: overloaded' }]);
     const res = await client.post('/v1/chat/completions', chatWith(inline));
     expect(res.status).toBe(503);

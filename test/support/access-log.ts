@@ -58,7 +58,12 @@ export class AccessLog {
       const hit = this.entries().find(pred);
       if (hit) return hit;
       if (Date.now() >= deadline) {
-        throw new Error(`no access-log entry matched within ${timeoutMs} ms; last lines:\n${this.entries().slice(-5).map((e) => JSON.stringify(e)).join('\n')}`);
+        throw new Error(
+          `no access-log entry matched within ${timeoutMs} ms; last lines:\n${this.entries()
+            .slice(-5)
+            .map((e) => JSON.stringify(e))
+            .join('\n')}`,
+        );
       }
       await sleep(50);
     }

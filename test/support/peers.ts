@@ -43,7 +43,10 @@ export interface SimHttpRequest {
 
 /** Go's strconv.Quote output back to the string (it is JSON's, plus `\x..` and `\a\v`). */
 function unquoteGo(quoted: string): string {
-  const jsonish = quoted.replace(/\\x([0-9a-fA-F]{2})/g, '\\u00$1').replace(/\\a/g, '\\u0007').replace(/\\v/g, '\\u000b');
+  const jsonish = quoted
+    .replace(/\\x([0-9a-fA-F]{2})/g, '\\u00$1')
+    .replace(/\\a/g, '\\u0007')
+    .replace(/\\v/g, '\\u000b');
   return JSON.parse(`"${jsonish}"`) as string;
 }
 
@@ -77,7 +80,11 @@ export function readSimRequests(logPath: string): SimHttpRequest[] {
     let body = kvString(record, 'body') ?? '';
     if (!body) {
       const mb = /\sbody=<\n([\s\S]*?)\n\s*>/.exec(record);
-      if (mb) body = mb[1]!.split('\n').map((l) => l.replace(/^\t/, '')).join('\n');
+      if (mb)
+        body = mb[1]!
+          .split('\n')
+          .map((l) => l.replace(/^\t/, ''))
+          .join('\n');
     }
     let json: unknown;
     try {
@@ -92,12 +99,23 @@ export function readSimRequests(logPath: string): SimHttpRequest[] {
 
 /** The requests that carried `x-request-id: id`, across the given simulator logs. */
 export function simRequestsFor(logPaths: readonly string[], id: string): Array<SimHttpRequest & { log: string }> {
-  return logPaths.flatMap((log) => readSimRequests(log).filter((r) => r.headers['x-request-id'] === id).map((r) => ({ ...r, log })));
+  return logPaths.flatMap((log) =>
+    readSimRequests(log)
+      .filter((r) => r.headers['x-request-id'] === id)
+      .map((r) => ({ ...r, log })),
+  );
 }
 
 /** The requests matching `pred`, across the given simulator logs. */
-export function simRequestsMatching(logPaths: readonly string[], pred: (r: SimHttpRequest) => boolean): Array<SimHttpRequest & { log: string }> {
-  return logPaths.flatMap((log) => readSimRequests(log).filter(pred).map((r) => ({ ...r, log })));
+export function simRequestsMatching(
+  logPaths: readonly string[],
+  pred: (r: SimHttpRequest) => boolean,
+): Array<SimHttpRequest & { log: string }> {
+  return logPaths.flatMap((log) =>
+    readSimRequests(log)
+      .filter(pred)
+      .map((r) => ({ ...r, log })),
+  );
 }
 
 /** Envoy access-log lines (the topology's `key=value` format), parsed. */
@@ -115,7 +133,8 @@ export async function eventually<T>(read: () => T, pred: (v: T) => boolean, what
   for (;;) {
     const v = read();
     if (pred(v)) return v;
-    if (Date.now() > deadline) throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}; last value: ${JSON.stringify(v).slice(0, 3000)}`);
+    if (Date.now() > deadline)
+      throw new Error(`timed out after ${timeoutMs} ms waiting for ${what}; last value: ${JSON.stringify(v).slice(0, 3000)}`);
     await sleep(100);
   }
 }

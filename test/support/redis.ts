@@ -60,15 +60,24 @@ export class RedisServer {
 
   private async launch(): Promise<void> {
     const args = [
-      '--port', String(this.port),
-      '--bind', '127.0.0.1',
-      '--save', '',
-      '--appendonly', 'no',
-      '--dir', this.dir,
-      '--daemonize', 'no',
-      '--protected-mode', 'yes',
-      '--maxmemory-policy', 'noeviction',
-      '--notify-keyspace-events', this.opts.notifyKeyspaceEvents ?? 'Kl',
+      '--port',
+      String(this.port),
+      '--bind',
+      '127.0.0.1',
+      '--save',
+      '',
+      '--appendonly',
+      'no',
+      '--dir',
+      this.dir,
+      '--daemonize',
+      'no',
+      '--protected-mode',
+      'yes',
+      '--maxmemory-policy',
+      'noeviction',
+      '--notify-keyspace-events',
+      this.opts.notifyKeyspaceEvents ?? 'Kl',
       ...(this.opts.extraArgs ?? []),
     ];
     this.output = '';
@@ -80,10 +89,15 @@ export class RedisServer {
     child.stderr?.on('data', keep);
     this.child = child;
     try {
-      await waitUntil(async () => {
-        if (child.exitCode !== null) throw new Error(`redis-server exited (${child.exitCode}): ${this.output}`);
-        return isListening(this.port, 200);
-      }, `redis-server on port ${this.port}`, 10_000, 25);
+      await waitUntil(
+        async () => {
+          if (child.exitCode !== null) throw new Error(`redis-server exited (${child.exitCode}): ${this.output}`);
+          return isListening(this.port, 200);
+        },
+        `redis-server on port ${this.port}`,
+        10_000,
+        25,
+      );
     } catch (err) {
       await this.stop();
       throw err;

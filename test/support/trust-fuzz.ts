@@ -11,7 +11,18 @@ import { headerList } from '../fuzz/support/arbitraries';
 import { LATIN1_VALUE } from './trust-cases';
 
 /** Framing and hop-by-hop headers: Envoy's codec judges those (test/fuzz/http.fuzz.test.ts raw cases), not the policy. */
-const FRAMING = new Set(['content-length', 'transfer-encoding', 'connection', 'host', 'te', 'content-type', 'upgrade', 'expect', 'keep-alive', 'proxy-connection']);
+const FRAMING = new Set([
+  'content-length',
+  'transfer-encoding',
+  'connection',
+  'host',
+  'te',
+  'content-type',
+  'upgrade',
+  'expect',
+  'keep-alive',
+  'proxy-connection',
+]);
 const TOKEN = /^[!#$%&'*+\-.^_`|~0-9a-z]+$/;
 const VISIBLE = /^[\x20-\x7e\t]*$/;
 /** A value Envoy's codec takes as it is: no control byte, CR or LF. */
@@ -87,12 +98,30 @@ const gatewayName = fc.constantFrom(...GATEWAY_HEADERS.keys());
 /** The latin-1 fairness id, UTF-8 bytes, routing-looking values, any printable text, and rarely control bytes. */
 const hostileValue = fc.oneof(
   { weight: 3, arbitrary: fc.constant(LATIN1_VALUE) },
-  { weight: 3, arbitrary: fc.constantFrom('\u00c3\u00a9t\u00c3\u00a9', '\u00ff', 'spoofed', 'decode', 'prefill', '127.0.0.1:1', 'reserve-endpoint', 'if-available', '0', '-1', 'a'.repeat(4096)) },
+  {
+    weight: 3,
+    arbitrary: fc.constantFrom(
+      '\u00c3\u00a9t\u00c3\u00a9',
+      '\u00ff',
+      'spoofed',
+      'decode',
+      'prefill',
+      '127.0.0.1:1',
+      'reserve-endpoint',
+      'if-available',
+      '0',
+      '-1',
+      'a'.repeat(4096),
+    ),
+  },
   { weight: 3, arbitrary: fc.stringMatching(/^[\x20-\x7e]{0,64}$/) },
   { weight: 1, arbitrary: fc.string({ unit: 'binary-ascii', maxLength: 40 }) },
 );
 /** A well-formed header that is not a gateway header, with a hostile value (a non-ASCII one gets our 400). */
-const otherHeader = fc.tuple(fc.stringMatching(/^x-[a-z0-9-]{1,20}$/).filter((n) => !GATEWAY_HEADERS.has(n)), hostileValue);
+const otherHeader = fc.tuple(
+  fc.stringMatching(/^x-[a-z0-9-]{1,20}$/).filter((n) => !GATEWAY_HEADERS.has(n)),
+  hostileValue,
+);
 
 /**
  * 1-6 gateway headers with hostile values, 0-2 other well-formed headers with hostile values, and
@@ -103,7 +132,10 @@ export const headerCase: fc.Arbitrary<HeaderCase> = fc
     method: fc.constantFrom<'POST' | 'GET'>('POST', 'POST', 'POST', 'GET'),
     gateway: fc.array(fc.tuple(gatewayName, hostileValue), { minLength: 1, maxLength: 6 }),
     other: fc.array(otherHeader, { maxLength: 2 }),
-    generic: fc.oneof({ weight: 2, arbitrary: fc.constant([] as Array<[string, string]>) }, { weight: 1, arbitrary: headerList.map((l) => l.slice(0, 3)) }),
+    generic: fc.oneof(
+      { weight: 2, arbitrary: fc.constant([] as Array<[string, string]>) },
+      { weight: 1, arbitrary: headerList.map((l) => l.slice(0, 3)) },
+    ),
   })
   .map(({ method, gateway, other, generic }) => ({
     method,
@@ -114,7 +146,13 @@ export const headerCase: fc.Arbitrary<HeaderCase> = fc
 
 export function rawRequest(c: HeaderCase, id: string, model: string): string {
   const body = c.method === 'POST' ? JSON.stringify({ model, messages: [{ role: 'user', content: `fuzz ${id}` }], max_tokens: 4 }) : '';
-  const head = [`${c.method} ${c.path} HTTP/1.1`, 'host: trust.local', 'content-type: application/json', `x-request-id: ${id}`, ...c.lines.map(([n, v]) => `${n}: ${v}`), `content-length: ${Buffer.byteLength(body)}`];
+  const head = [
+    `${c.method} ${c.path} HTTP/1.1`,
+    'host: trust.local',
+    'content-type: application/json',
+    `x-request-id: ${id}`,
+    ...c.lines.map(([n, v]) => `${n}: ${v}`),
+    `content-length: ${Buffer.byteLength(body)}`,
+  ];
   return `${head.join('\r\n')}\r\n\r\n${body}`;
 }
-

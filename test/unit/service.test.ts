@@ -199,7 +199,9 @@ describe('tracing on', () => {
       const sideCall = spans.find((s) => s.name === 'POST prefill');
       expect(sideCall).toBeDefined();
       expect(sent).toBe(`00-${TRACE_ID}-${sideCall!.spanContext().spanId}-01`);
-      expect(new Set(spans.map((s) => s.name))).toEqual(new Set(['POST /v1/chat/completions', 'pipeline', 'prefill', 'decode', 'POST prefill']));
+      expect(new Set(spans.map((s) => s.name))).toEqual(
+        new Set(['POST /v1/chat/completions', 'pipeline', 'prefill', 'decode', 'POST prefill']),
+      );
     } finally {
       client.close();
       await service.close(0);
@@ -237,7 +239,7 @@ describe('step lifecycle (the optional Step hooks)', () => {
     expect(calls).toEqual(['start', 'close']);
   });
 
-  test('a ping()-only dependency (the async broker\'s Redis) is reported on its own service and never takes readiness down', async () => {
+  test("a ping()-only dependency (the async broker's Redis) is reported on its own service and never takes readiness down", async () => {
     let up = true;
     const factory: StepFactory = (): Step => ({ type: 'queue', execute: async () => undefined, ping: async () => up });
     const service = await startService(config(upstream.url, { steps: [{ type: 'queue' }], server: { metrics_addr: 'off' } }), {
@@ -271,7 +273,10 @@ describe('step lifecycle (the optional Step hooks)', () => {
       close: async () => void closed.push('close'),
     });
     await expect(
-      startService(config(upstream.url, { steps: [{ type: 'broken' }] }), { log: silentLogger(), registerSteps: (r) => r.register('broken', factory) }),
+      startService(config(upstream.url, { steps: [{ type: 'broken' }] }), {
+        log: silentLogger(),
+        registerSteps: (r) => r.register('broken', factory),
+      }),
     ).rejects.toThrow('redis unreachable');
     expect(closed).toEqual(['close']);
   });
@@ -289,7 +294,9 @@ describe('a gateway step without gateway.address', () => {
     expect(cfg.gateway.address).toBe('');
     const attempt = startService(cfg, { log: silentLogger() });
     await expect(attempt).rejects.toThrow(ConfigError);
-    await expect(attempt).rejects.toThrow(`gateway.address: expected an http:// or https:// URL (the "${step}" step sends its side calls to the gateway)`);
+    await expect(attempt).rejects.toThrow(
+      `gateway.address: expected an http:// or https:// URL (the "${step}" step sends its side calls to the gateway)`,
+    );
   });
 
   test('a pipeline with no gateway step starts without one', async () => {
@@ -347,11 +354,20 @@ describe('TLS on the gRPC listener', () => {
     const notPem = join(pki.dir, 'not.pem');
     writeFileSync(notPem, 'hello');
     const cases: Array<[Record<string, string>, RegExp]> = [
-      [{ tls_cert_file: join(pki.dir, 'missing.crt'), tls_key_file: pki.serverKey }, /^server\.tls_cert_file: expected a readable PEM file/],
+      [
+        { tls_cert_file: join(pki.dir, 'missing.crt'), tls_key_file: pki.serverKey },
+        /^server\.tls_cert_file: expected a readable PEM file/,
+      ],
       [{ tls_cert_file: notPem, tls_key_file: pki.serverKey }, /^server\.tls_cert_file: expected a PEM certificate/],
       [{ tls_cert_file: pki.serverCert, tls_key_file: notPem }, /^server\.tls_key_file: expected an unencrypted PEM private key/],
-      [{ tls_cert_file: pki.serverCert, tls_key_file: pki.clientKey }, /^server\.tls_key_file: expected the private key of the certificate/],
-      [{ tls_cert_file: pki.serverCert, tls_key_file: pki.serverKey, tls_client_ca_file: notPem }, /^server\.tls_client_ca_file: expected a PEM certificate/],
+      [
+        { tls_cert_file: pki.serverCert, tls_key_file: pki.clientKey },
+        /^server\.tls_key_file: expected the private key of the certificate/,
+      ],
+      [
+        { tls_cert_file: pki.serverCert, tls_key_file: pki.serverKey, tls_client_ca_file: notPem },
+        /^server\.tls_client_ca_file: expected a PEM certificate/,
+      ],
     ];
     for (const [tls, message] of cases) {
       const attempt = startService(tlsConfig(tls), { log: silentLogger() });

@@ -223,7 +223,8 @@ function parseForwardHeaders(v: unknown, banned: readonly string[]): string[] {
   const out: string[] = [];
   for (const raw of v as string[]) {
     const name = raw.toLowerCase();
-    if (banned.includes(name)) throw new ConfigError(keyName('forward_headers'), 'header names other than the mode, objective and fairness headers', raw);
+    if (banned.includes(name))
+      throw new ConfigError(keyName('forward_headers'), 'header names other than the mode, objective and fairness headers', raw);
     if (!HEADER_NAME.test(raw)) throw new ConfigError(keyName('forward_headers'), 'a list of HTTP header names', raw);
     if (!out.some((h) => h.toLowerCase() === name)) out.push(raw);
   }

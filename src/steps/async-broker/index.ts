@@ -31,7 +31,11 @@ export const createAsyncBrokerStep: StepFactory = (params: StepParams, deps: Ste
 export function assertAsyncBrokerFirst(types: readonly string[]): void {
   types.forEach((type, i) => {
     if (type === ASYNC_BROKER_STEP && i !== 0) {
-      throw new ConfigError(`pipeline.steps[${i}].type`, `the "async-broker" step must be the first pipeline step, found it at position ${i + 1}`, type);
+      throw new ConfigError(
+        `pipeline.steps[${i}].type`,
+        `the "async-broker" step must be the first pipeline step, found it at position ${i + 1}`,
+        type,
+      );
     }
   });
 }

@@ -27,8 +27,7 @@ export function tenantMessage(cfg: AsyncBrokerConfig): string {
 }
 
 export type Checked =
-  | { readonly ok: true; readonly mode: Mode; readonly tenant: string }
-  | { readonly ok: false; readonly response: StepResponse };
+  { readonly ok: true; readonly mode: Mode; readonly tenant: string } | { readonly ok: false; readonly response: StepResponse };
 
 export function checkRequest(ctx: RequestContext, rawMode: string, cfg: AsyncBrokerConfig): Checked {
   if (rawMode !== 'passthrough' && rawMode !== 'enqueue' && rawMode !== 'wait') {

@@ -61,7 +61,8 @@ export function fetchRoute(cfg: AsyncBrokerConfig, store: BrokerStore): Route {
           const response = storedEntryResponse(state.raw);
           // A delivered result shrinks to the grace window (re-set on every delivered GET).
           if (!req.signal.aborted) {
-            const reclaim = cfg.fetchGraceSeconds > 0 ? store.expireKey(keys.mailbox, cfg.fetchGraceSeconds) : store.deleteKey(keys.mailbox);
+            const reclaim =
+              cfg.fetchGraceSeconds > 0 ? store.expireKey(keys.mailbox, cfg.fetchGraceSeconds) : store.deleteKey(keys.mailbox);
             await reclaim.catch((err: Error) => req.log.warn({ err: err.message }, 'async-broker: shrinking the delivered mailbox failed'));
           }
           return response;

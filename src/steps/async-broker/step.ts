@@ -64,7 +64,10 @@ export class AsyncBrokerStep implements Step {
 
   /** Connects and PINGs (5 s), then settles the wake-up mode. Rejects when Redis is unreachable. */
   async start(): Promise<void> {
-    const pong = await withTimeout(this.store.ping().then(() => true), 5000);
+    const pong = await withTimeout(
+      this.store.ping().then(() => true),
+      5000,
+    );
     if (!pong) throw new Error('async-broker: failed to connect to Redis: PING timed out');
     await this.wakeup.effectiveMode();
   }
@@ -77,7 +80,12 @@ export class AsyncBrokerStep implements Step {
   /** True when Redis answers PING within `timeoutMs`. Never rejects; reported, not gating (the step fails open). */
   async ping(timeoutMs = 1000): Promise<boolean> {
     try {
-      return (await withTimeout(this.store.ping().then(() => true), timeoutMs)) === true;
+      return (
+        (await withTimeout(
+          this.store.ping().then(() => true),
+          timeoutMs,
+        )) === true
+      );
     } catch {
       return false;
     }
@@ -94,9 +102,15 @@ export class AsyncBrokerStep implements Step {
     if (raw === undefined) return undefined;
     const checked = checkRequest(ctx, raw, this.config);
     if (!checked.ok) return { respond: checked.response };
-    const route = routeFor(this.config.routes, { queue: this.config.defaultQueue, tier: this.config.defaultTier }, ctx.model, checked.tenant);
+    const route = routeFor(
+      this.config.routes,
+      { queue: this.config.defaultQueue, tier: this.config.defaultTier },
+      ctx.model,
+      checked.tenant,
+    );
     if (!route.matched) {
-      if (this.unrouted.firstSighting(ctx.model)) ctx.log.info({ model: ctx.model }, 'async-broker: model has no route; using the defaults');
+      if (this.unrouted.firstSighting(ctx.model))
+        ctx.log.info({ model: ctx.model }, 'async-broker: model has no route; using the defaults');
       else ctx.log.debug({ model: ctx.model }, 'async-broker: model has no route; using the defaults');
     }
     if (checked.mode === 'passthrough') {
@@ -155,7 +169,9 @@ export class AsyncBrokerStep implements Step {
   private async deliverStored(ctx: RequestContext, mailbox: string, raw: string, id: string): Promise<StepResponse> {
     const response = storedEntryResponse(raw, id);
     if (!ctx.signal.aborted) {
-      await this.store.deleteKey(mailbox).catch((err: Error) => ctx.log.warn({ err: err.message }, 'async-broker: deleting the delivered mailbox failed'));
+      await this.store
+        .deleteKey(mailbox)
+        .catch((err: Error) => ctx.log.warn({ err: err.message }, 'async-broker: deleting the delivered mailbox failed'));
     }
     return response;
   }

@@ -35,10 +35,7 @@ const uncancelScript = new LuaScript(UNCANCEL);
 const cleanupScript = new LuaScript(CLEANUP_REQUEST_STATE);
 
 /** What a request id looks like in Redis right now. */
-export type RequestState =
-  | { readonly kind: 'result'; readonly raw: string }
-  | { readonly kind: 'pending' }
-  | { readonly kind: 'unknown' };
+export type RequestState = { readonly kind: 'result'; readonly raw: string } | { readonly kind: 'pending' } | { readonly kind: 'unknown' };
 
 export interface Submission {
   readonly keys: RequestKeys;

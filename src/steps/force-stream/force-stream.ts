@@ -31,7 +31,6 @@ const MAX_LINE_BYTES = 1024 * 1024;
 
 export type ForceStreamResult = Parameters<ForceStreamObserver['result']>[1];
 
-
 export interface ForceStreamConfig {
   readonly bufferBytes: number;
   readonly maxRequestBytes: number;
@@ -48,13 +47,18 @@ export function readForceStreamConfig(step: string, p: ParamReader, params: Step
     const parsed = parseByteSize(v);
     if ('error' in parsed) throw new ConfigError(`${step}.params.${key}`, `a size such as "256KiB" (${parsed.error})`, v);
     if (parsed.bytes === 0) throw new ConfigError(`${step}.params.${key}`, 'a size greater than zero', v);
-    if (parsed.bytes > MAX_BUDGET_BYTES) throw new ConfigError(`${step}.params.${key}`, 'a size within the maximum budget (2^63-1 bytes)', v);
+    if (parsed.bytes > MAX_BUDGET_BYTES)
+      throw new ConfigError(`${step}.params.${key}`, 'a size within the maximum budget (2^63-1 bytes)', v);
     return parsed.bytes;
   };
   const bufferBytes = size('force_stream_buffer_size') ?? DEFAULT_BUFFER_BYTES;
   const explicit = size('force_stream_max_request_size');
   if (explicit !== null && explicit > bufferBytes) {
-    throw new ConfigError(`${step}.params.force_stream_max_request_size`, `a size not above force_stream_buffer_size (${bufferBytes} bytes)`, params['force_stream_max_request_size']);
+    throw new ConfigError(
+      `${step}.params.force_stream_max_request_size`,
+      `a size not above force_stream_buffer_size (${bufferBytes} bytes)`,
+      params['force_stream_max_request_size'],
+    );
   }
   const maxRequestBytes = explicit ?? Math.min(bufferBytes, DEFAULT_MAX_REQUEST_BYTES);
   return { bufferBytes, maxRequestBytes };
@@ -97,7 +101,8 @@ const isCount = (v: unknown): v is number => typeof v === 'number' && Number.isS
 export function tokenLimit(shape: StreamShape, body: JsonObject): number | null {
   const src = shape === 'generate' ? body['sampling_params'] : body;
   if (!isJsonObject(src)) return null;
-  const fields = shape === 'chat' ? ['max_tokens', 'max_completion_tokens'] : shape === 'responses' ? ['max_output_tokens'] : ['max_tokens'];
+  const fields =
+    shape === 'chat' ? ['max_tokens', 'max_completion_tokens'] : shape === 'responses' ? ['max_output_tokens'] : ['max_tokens'];
   for (const f of fields) if (isCount(src[f])) return src[f] as number;
   return null;
 }
@@ -121,7 +126,13 @@ export function forcedBody(shape: StreamShape, body: JsonObject): JsonObject {
 type Plan =
   | { readonly kind: 'pass' }
   | { readonly kind: 'incremental'; readonly shape: 'chat' | 'text' }
-  | { readonly kind: 'buffered'; readonly shape: StreamShape; readonly choices: number; readonly reserved: number; readonly release: () => void };
+  | {
+      readonly kind: 'buffered';
+      readonly shape: StreamShape;
+      readonly choices: number;
+      readonly reserved: number;
+      readonly release: () => void;
+    };
 
 export class ForceStream {
   readonly budget: ReservationBudget;
@@ -184,7 +195,10 @@ export class ForceStream {
     const headers = gatewayLegHeaders(ctx.forwardedHeaders(), ctx.requestId, 'decode');
     const payload = ctx.serialize(forcedBody(shape, body));
     if (ctx.log.isLevelEnabled('info')) {
-      ctx.log.info({ path: ctx.originalPath, reservedBytes }, reservedBytes > 0 ? 'force-streaming request' : 'force-streaming request (incremental)');
+      ctx.log.info(
+        { path: ctx.originalPath, reservedBytes },
+        reservedBytes > 0 ? 'force-streaming request' : 'force-streaming request (incremental)',
+      );
     }
     if (ctx.log.isLevelEnabled('debug')) {
       let bodyLen = 0;
@@ -199,7 +213,13 @@ export class ForceStream {
     });
   }
 
-  private async buffered(ctx: RequestContext, shape: StreamShape, choices: number, reserved: number, res: StreamingSideCallResponse): Promise<StepOutcome> {
+  private async buffered(
+    ctx: RequestContext,
+    shape: StreamShape,
+    choices: number,
+    reserved: number,
+    res: StreamingSideCallResponse,
+  ): Promise<StepOutcome> {
     const reassembler = new Reassembler(shape, choices);
     const lineCap = shape === 'responses' ? reserved : Math.min(reserved, MAX_LINE_BYTES);
     try {
@@ -255,9 +275,13 @@ export class ForceStream {
     };
     if (ended) {
       const whole = finish();
-      return { respond: { status: 200, headers: { 'content-type': 'application/json', 'content-length': String(whole.length) }, body: whole } };
+      return {
+        respond: { status: 200, headers: { 'content-type': 'application/json', 'content-length': String(whole.length) }, body: whole },
+      };
     }
-    return { respond: { status: 200, headers: { 'content-type': 'application/json' }, body: relay(first!, frames, reply, finish, res, ctx) } };
+    return {
+      respond: { status: 200, headers: { 'content-type': 'application/json' }, body: relay(first!, frames, reply, finish, res, ctx) },
+    };
   }
 }
 

@@ -39,7 +39,8 @@ export class Envelope {
   take(frame: SseFrame, keepObject: boolean): void {
     if (this.id === undefined && nonEmptyString(frame['id'])) this.id = frame['id'];
     if (this.model === undefined && nonEmptyString(frame['model'])) this.model = frame['model'];
-    if (this.systemFingerprint === undefined && nonEmptyString(frame['system_fingerprint'])) this.systemFingerprint = frame['system_fingerprint'];
+    if (this.systemFingerprint === undefined && nonEmptyString(frame['system_fingerprint']))
+      this.systemFingerprint = frame['system_fingerprint'];
     if (this.created === undefined && frame['created'] !== undefined && frame['created'] !== null) this.created = frame['created'];
     if (keepObject && this.object === undefined && nonEmptyString(frame['object'])) this.object = frame['object'];
   }

@@ -8,15 +8,7 @@ import type { IpAddress, IpRange } from './ip-address';
 
 /** Why an address is refused (for logs; clients are told only that it was refused). */
 export type BlockReason =
-  | 'unspecified'
-  | 'loopback'
-  | 'link-local'
-  | 'multicast'
-  | 'carrier-grade-nat'
-  | 'private'
-  | 'unique-local'
-  | 'reserved'
-  | 'not-an-ip';
+  'unspecified' | 'loopback' | 'link-local' | 'multicast' | 'carrier-grade-nat' | 'private' | 'unique-local' | 'reserved' | 'not-an-ip';
 
 /** Every range refused whatever the config (except an explicit `allowed_ip_ranges` entry). */
 const ALWAYS_BLOCKED_V4: ReadonlyArray<readonly [IpRange, BlockReason]> = [

@@ -132,7 +132,9 @@ export class MediaDownloader {
   /** Scheme and allowlist: checked on the first URL and on every redirect target, before any lookup. */
   private checkUrl(url: URL, redirect: boolean): void {
     if (url.protocol !== 'http:' && url.protocol !== 'https:') {
-      throw new BadRequestError(`${redirect ? 'redirect ' : ''}scheme ${JSON.stringify(url.protocol.slice(0, -1).slice(0, 32))} not allowed`);
+      throw new BadRequestError(
+        `${redirect ? 'redirect ' : ''}scheme ${JSON.stringify(url.protocol.slice(0, -1).slice(0, 32))} not allowed`,
+      );
     }
     if (!this.opts.domains.allows(url.hostname)) {
       throw new BadRequestError(`${redirect ? 'redirect ' : ''}host ${JSON.stringify(url.hostname.slice(0, 253))} not allowed`);
@@ -153,7 +155,10 @@ export class MediaDownloader {
     for (const candidate of candidates) {
       const verdict = this.opts.guard.check(candidate);
       if (!verdict.allowed) {
-        log.warn({ step: 'replace-media-urls', host, address: candidate, reason: verdict.reason }, 'media download: destination address blocked');
+        log.warn(
+          { step: 'replace-media-urls', host, address: candidate, reason: verdict.reason },
+          'media download: destination address blocked',
+        );
         continue;
       }
       passed++;

@@ -72,7 +72,7 @@ export function formatIp(ip: IpAddress): string {
   // RFC 5952: compress the longest run (of at least two) of zero groups.
   let bestStart = -1;
   let bestLen = 0;
-  for (let i = 0; i < 8; ) {
+  for (let i = 0; i < 8;) {
     if (groups[i] !== 0) {
       i++;
       continue;

@@ -94,9 +94,7 @@ export function validatePlaceholderBounds(entries: readonly MultimodalEntry[], t
       throw new BadRequestError(`mm_placeholders[${i}].offset ${offset} out of range for ${tokenCount} token_ids`);
     }
     if (length > tokenCount - offset) {
-      throw new BadRequestError(
-        `mm_placeholders[${i}] span (offset ${offset} + length ${length}) exceeds ${tokenCount} token_ids`,
-      );
+      throw new BadRequestError(`mm_placeholders[${i}] span (offset ${offset} + length ${length}) exceeds ${tokenCount} token_ids`);
     }
   }
 }

@@ -35,7 +35,8 @@ function decodeJson(body: Buffer): unknown {
 /** Go `int`: any integer that fits in 64 bits. Null decodes to 0. */
 function goInt(v: unknown, where: string): number {
   if (v === null || v === undefined) return 0;
-  if (typeof v !== 'number' || !Number.isInteger(v) || Math.abs(v) >= 2 ** 63) fail(`${where}: expected an integer, got ${jsonTypeName(v)}`);
+  if (typeof v !== 'number' || !Number.isInteger(v) || Math.abs(v) >= 2 ** 63)
+    fail(`${where}: expected an integer, got ${jsonTypeName(v)}`);
   return v;
 }
 

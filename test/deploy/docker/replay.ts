@@ -50,7 +50,12 @@ function copyTree(src: string, dest: string, skip: (abs: string) => boolean): vo
 }
 
 function run(cmd: string, args: string[], cwd: string, timeoutMs: number): void {
-  const r = spawnSync(cmd, args, { cwd, encoding: 'utf8', timeout: timeoutMs, env: { ...process.env, npm_config_update_notifier: 'false' } });
+  const r = spawnSync(cmd, args, {
+    cwd,
+    encoding: 'utf8',
+    timeout: timeoutMs,
+    env: { ...process.env, npm_config_update_notifier: 'false' },
+  });
   if (r.error) throw new ReplayError(`${cmd} ${args.join(' ')} in ${cwd}: ${r.error.message}`);
   if (r.status !== 0) {
     const output = `${r.stdout ?? ''}\n${r.stderr ?? ''}`.trim().split('\n').slice(-30).join('\n');
@@ -105,7 +110,12 @@ export function replay(stages: readonly Stage[], opts: ReplayOptions): Map<strin
           if (words[0] === 'npm' && words[1] === 'ci') {
             if (words.includes('--omit=dev')) {
               // The real install, from the local npm cache when it can.
-              run('npm', ['ci', '--omit=dev', '--ignore-scripts', '--prefer-offline', '--no-audit', '--no-fund'], cwd, opts.commandTimeoutMs);
+              run(
+                'npm',
+                ['ci', '--omit=dev', '--ignore-scripts', '--prefer-offline', '--no-audit', '--no-fund'],
+                cwd,
+                opts.commandTimeoutMs,
+              );
             } else {
               // A full install of the same lock file is what the repository already has.
               const repoLock = fs.readFileSync(path.join(opts.context, 'package-lock.json'));

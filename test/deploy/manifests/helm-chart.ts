@@ -36,10 +36,30 @@ export function helmTemplate(values: Record<string, unknown> = {}, opts: { relea
     fs.writeFileSync(valuesFile, yaml.dump(values));
     const r = spawnSync(
       HELM,
-      ['template', opts.release ?? RELEASE, CHART_DIR, '--namespace', opts.namespace ?? NAMESPACE, '-f', valuesFile, '--kube-version', '1.30.0'],
-      { encoding: 'utf8', timeout: 60_000, env: { ...process.env, HELM_CACHE_HOME: path.join(tmp, 'cache'), HELM_CONFIG_HOME: path.join(tmp, 'config'), HELM_DATA_HOME: path.join(tmp, 'data') } },
+      [
+        'template',
+        opts.release ?? RELEASE,
+        CHART_DIR,
+        '--namespace',
+        opts.namespace ?? NAMESPACE,
+        '-f',
+        valuesFile,
+        '--kube-version',
+        '1.30.0',
+      ],
+      {
+        encoding: 'utf8',
+        timeout: 60_000,
+        env: {
+          ...process.env,
+          HELM_CACHE_HOME: path.join(tmp, 'cache'),
+          HELM_CONFIG_HOME: path.join(tmp, 'config'),
+          HELM_DATA_HOME: path.join(tmp, 'data'),
+        },
+      },
     );
-    const objects = r.status === 0 ? (yaml.loadAll(r.stdout) as (K8sObject | null)[]).filter((o): o is K8sObject => o !== null && o !== undefined) : [];
+    const objects =
+      r.status === 0 ? (yaml.loadAll(r.stdout) as (K8sObject | null)[]).filter((o): o is K8sObject => o !== null && o !== undefined) : [];
     return { status: r.status, stderr: r.stderr || r.error?.message || '', objects };
   } finally {
     fs.rmSync(tmp, { recursive: true, force: true });
@@ -53,7 +73,8 @@ export function render(values: Record<string, unknown> = {}, opts: { release?: s
   return r.objects;
 }
 
-export const keyOf = (o: { apiVersion: string; kind: string; metadata: { name: string } }): string => `${o.kind}/${o.metadata.name} (${o.apiVersion})`;
+export const keyOf = (o: { apiVersion: string; kind: string; metadata: { name: string } }): string =>
+  `${o.kind}/${o.metadata.name} (${o.apiVersion})`;
 
 // ---- Kubernetes' own schemas for the built-in kinds ---------------------------------------------------
 
@@ -102,7 +123,8 @@ export class KubeSchemas {
 
 function describe(e: ErrorObject): string {
   const where = e.instancePath || '(root)';
-  if (e.keyword === 'additionalProperties') return `${where}: unknown field "${(e.params as { additionalProperty: string }).additionalProperty}"`;
+  if (e.keyword === 'additionalProperties')
+    return `${where}: unknown field "${(e.params as { additionalProperty: string }).additionalProperty}"`;
   return `${where}: ${e.message}`;
 }
 
@@ -114,14 +136,20 @@ function describe(e: ErrorObject): string {
  * `images` (name -> newName:newTag). The test checks this against `kubectl kustomize` where kubectl exists.
  */
 export function kustomizeBuild(): K8sObject[] {
-  const k = readKustomization() as { labels?: { pairs: Record<string, string>; includeSelectors?: boolean; includeTemplates?: boolean }[]; images?: { name: string; newName?: string; newTag?: string }[] };
+  const k = readKustomization() as {
+    labels?: { pairs: Record<string, string>; includeSelectors?: boolean; includeTemplates?: boolean }[];
+    images?: { name: string; newName?: string; newTag?: string }[];
+  };
   for (const l of k.labels ?? []) {
-    if (l.includeSelectors || l.includeTemplates) throw new Error('kustomizeBuild models labels without includeSelectors/includeTemplates only; use kubectl kustomize');
+    if (l.includeSelectors || l.includeTemplates)
+      throw new Error('kustomizeBuild models labels without includeSelectors/includeTemplates only; use kubectl kustomize');
   }
   return loadManifests().map(({ obj }) => {
     const o = structuredClone(obj);
     for (const l of k.labels ?? []) o.metadata.labels = { ...(o.metadata.labels ?? {}), ...l.pairs };
-    for (const c of [...((o['spec'] as { template?: { spec?: { containers?: { image: string }[] } } })?.template?.spec?.containers ?? [])]) {
+    for (const c of [
+      ...((o['spec'] as { template?: { spec?: { containers?: { image: string }[] } } })?.template?.spec?.containers ?? []),
+    ]) {
       const img = (k.images ?? []).find((i) => i.name === c.image.split(':')[0]);
       if (img) c.image = `${img.newName ?? img.name}:${img.newTag ?? c.image.split(':')[1] ?? 'latest'}`;
     }
@@ -130,7 +158,12 @@ export function kustomizeBuild(): K8sObject[] {
 }
 
 /** Labels Helm's conventions add to every object and selector; config/k8s has no release to name. */
-export const HELM_ONLY_LABELS = ['helm.sh/chart', 'app.kubernetes.io/managed-by', 'app.kubernetes.io/instance', 'app.kubernetes.io/version'];
+export const HELM_ONLY_LABELS = [
+  'helm.sh/chart',
+  'app.kubernetes.io/managed-by',
+  'app.kubernetes.io/instance',
+  'app.kubernetes.io/version',
+];
 /** The pod annotation that rolls the pods when the config changes (kustomize users restart by hand). */
 export const HELM_ONLY_ANNOTATIONS = ['checksum/config'];
 
@@ -151,7 +184,12 @@ export function normalise(obj: K8sObject): K8sObject {
     if (!v || typeof v !== 'object') return v;
     const out: Record<string, unknown> = {};
     for (const [k, x] of Object.entries(v as Record<string, unknown>)) {
-      if ((k === 'labels' || k === 'matchLabels' || (k === 'selector' && key === 'spec' && o.kind === 'Service')) && x && typeof x === 'object' && !Array.isArray(x)) {
+      if (
+        (k === 'labels' || k === 'matchLabels' || (k === 'selector' && key === 'spec' && o.kind === 'Service')) &&
+        x &&
+        typeof x === 'object' &&
+        !Array.isArray(x)
+      ) {
         out[k] = stripLabels(x as Record<string, string>);
       } else if (k === 'annotations' && x && typeof x === 'object') {
         const kept = Object.fromEntries(Object.entries(x as Record<string, string>).filter(([a]) => !HELM_ONLY_ANNOTATIONS.includes(a)));
@@ -174,9 +212,12 @@ export function normalise(obj: K8sObject): K8sObject {
 export function diffPaths(a: unknown, b: unknown, at = ''): string[] {
   if (JSON.stringify(a) === JSON.stringify(b)) return [];
   if (a && b && typeof a === 'object' && typeof b === 'object' && Array.isArray(a) === Array.isArray(b)) {
-    if (Array.isArray(a) && Array.isArray(b) && a.length !== b.length) return [`${at}: ${a.length} items -> ${b.length} items: ${JSON.stringify(a)} -> ${JSON.stringify(b)}`];
+    if (Array.isArray(a) && Array.isArray(b) && a.length !== b.length)
+      return [`${at}: ${a.length} items -> ${b.length} items: ${JSON.stringify(a)} -> ${JSON.stringify(b)}`];
     const keys = [...new Set([...Object.keys(a), ...Object.keys(b)])].sort();
-    return keys.flatMap((k) => diffPaths((a as Record<string, unknown>)[k], (b as Record<string, unknown>)[k], Array.isArray(a) ? `${at}[${k}]` : `${at}.${k}`));
+    return keys.flatMap((k) =>
+      diffPaths((a as Record<string, unknown>)[k], (b as Record<string, unknown>)[k], Array.isArray(a) ? `${at}[${k}]` : `${at}.${k}`),
+    );
   }
   return [`${at || '(root)'}: ${JSON.stringify(a)} -> ${JSON.stringify(b)}`];
 }

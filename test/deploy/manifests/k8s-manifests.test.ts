@@ -51,8 +51,15 @@ const catalog = sharedCrdsPresent ? CrdCatalog.load([SHARED_CRDS_DIR, ...envoyGa
 
 // ---- typed views of the parts the cross-checks read -------------------------------------------------
 
-interface ContainerPort { name?: string; containerPort: number }
-interface GrpcProbe { grpc?: { port: number; service?: string }; periodSeconds?: number; failureThreshold?: number }
+interface ContainerPort {
+  name?: string;
+  containerPort: number;
+}
+interface GrpcProbe {
+  grpc?: { port: number; service?: string };
+  periodSeconds?: number;
+  failureThreshold?: number;
+}
 interface Container {
   name: string;
   image: string;
@@ -63,7 +70,12 @@ interface Container {
   startupProbe?: GrpcProbe;
   lifecycle?: { preStop?: { sleep?: { seconds: number } } };
   resources?: { requests?: Record<string, string>; limits?: Record<string, string> };
-  securityContext?: { readOnlyRootFilesystem?: boolean; allowPrivilegeEscalation?: boolean; capabilities?: { drop?: string[] }; runAsNonRoot?: boolean };
+  securityContext?: {
+    readOnlyRootFilesystem?: boolean;
+    allowPrivilegeEscalation?: boolean;
+    capabilities?: { drop?: string[] };
+    runAsNonRoot?: boolean;
+  };
   volumeMounts?: { name: string; mountPath: string }[];
 }
 interface Deployment extends K8sObject {
@@ -81,11 +93,31 @@ interface Deployment extends K8sObject {
     };
   };
 }
-interface ServicePort { name: string; port: number; targetPort: number | string; appProtocol?: string }
-interface Service extends K8sObject { spec: { selector: Record<string, string>; ports: ServicePort[] } }
-interface ParentRef { kind?: string; name: string; sectionName?: string }
-interface BackendRef { group?: string; kind?: string; name: string; port?: number }
-interface HeaderMatch { type?: string; name: string; value: string }
+interface ServicePort {
+  name: string;
+  port: number;
+  targetPort: number | string;
+  appProtocol?: string;
+}
+interface Service extends K8sObject {
+  spec: { selector: Record<string, string>; ports: ServicePort[] };
+}
+interface ParentRef {
+  kind?: string;
+  name: string;
+  sectionName?: string;
+}
+interface BackendRef {
+  group?: string;
+  kind?: string;
+  name: string;
+  port?: number;
+}
+interface HeaderMatch {
+  type?: string;
+  name: string;
+  value: string;
+}
 interface HttpRoute extends K8sObject {
   spec: {
     parentRefs: ParentRef[];
@@ -114,7 +146,9 @@ interface ExtProc {
   metadata?: { writableNamespaces?: string[] };
   backendSettings?: { healthCheck?: { active?: { type?: string; grpc?: { service?: string } } } };
 }
-interface ExtensionPolicy extends K8sObject { spec: { targetRefs: { kind: string; name: string }[]; extProc: ExtProc[] } }
+interface ExtensionPolicy extends K8sObject {
+  spec: { targetRefs: { kind: string; name: string }[]; extProc: ExtProc[] };
+}
 interface ClientTrafficPolicy extends K8sObject {
   spec: { targetRefs: { kind: string; name: string }[]; headers?: { earlyRequestHeaders?: { remove?: string[] } } };
 }
@@ -184,7 +218,10 @@ describe('config/k8s files', () => {
     const seen = new Set<string>();
     for (const { where, obj } of manifests) {
       expect({ where, apiVersion: typeof obj.apiVersion, kind: typeof obj.kind }).toEqual({ where, apiVersion: 'string', kind: 'string' });
-      expect({ where, name: obj.metadata?.name }).toEqual({ where, name: expect.stringMatching(/^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/) });
+      expect({ where, name: obj.metadata?.name }).toEqual({
+        where,
+        name: expect.stringMatching(/^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$/),
+      });
       expect({ where, namespace: obj.metadata.namespace }).toEqual({ where, namespace: undefined });
       const key = `${groupOf(obj.apiVersion)}/${obj.kind}/${obj.metadata.name}`;
       expect({ where, duplicate: seen.has(key) }).toEqual({ where, duplicate: false });
@@ -195,12 +232,15 @@ describe('config/k8s files', () => {
   const kubectl = spawnSync('kubectl', ['version', '--client'], { encoding: 'utf8' });
   const kustomizeTitle = 'kubectl kustomize renders the same objects';
   // Skipped only where kubectl is not installed (the machines here have none); the title says so.
-  (kubectl.status === 0 ? test : test.skip)(kubectl.status === 0 ? kustomizeTitle : `${kustomizeTitle} (skipped: kubectl not on PATH)`, () => {
-    const out = spawnSync('kubectl', ['kustomize', K8S_DIR], { encoding: 'utf8', timeout: 20_000 });
-    expect({ status: out.status, stderr: out.status === 0 ? '' : out.stderr }).toEqual({ status: 0, stderr: '' });
-    const rendered = (yaml.loadAll(out.stdout) as K8sObject[]).filter(Boolean).map((o) => `${o.kind}/${o.metadata.name}`);
-    expect(rendered.sort()).toEqual(manifests.map((m) => `${m.obj.kind}/${m.obj.metadata.name}`).sort());
-  });
+  (kubectl.status === 0 ? test : test.skip)(
+    kubectl.status === 0 ? kustomizeTitle : `${kustomizeTitle} (skipped: kubectl not on PATH)`,
+    () => {
+      const out = spawnSync('kubectl', ['kustomize', K8S_DIR], { encoding: 'utf8', timeout: 20_000 });
+      expect({ status: out.status, stderr: out.status === 0 ? '' : out.stderr }).toEqual({ status: 0, stderr: '' });
+      const rendered = (yaml.loadAll(out.stdout) as K8sObject[]).filter(Boolean).map((o) => `${o.kind}/${o.metadata.name}`);
+      expect(rendered.sort()).toEqual(manifests.map((m) => `${m.obj.kind}/${m.obj.metadata.name}`).sort());
+    },
+  );
 });
 
 const crdTitle = 'custom resources against the CRD schemas';
@@ -262,7 +302,7 @@ const crdTitle = 'custom resources against the CRD schemas';
 });
 
 describe('the coordinator workload', () => {
-  test('the ConfigMap coordinator.yaml loads with the service\'s own loader and its pipeline builds', () => {
+  test("the ConfigMap coordinator.yaml loads with the service's own loader and its pipeline builds", () => {
     const config = coordinatorConfig();
     expect(config.warnings).toEqual([]);
     expect(config.pipeline.steps.map((s) => s.type)).toEqual(['render', 'prefill', 'decode']);
@@ -341,7 +381,11 @@ describe('the coordinator workload', () => {
     const labels = d.spec.template.metadata.labels;
     expect(labelsMatch(d.spec.selector.matchLabels, labels)).toBe(true);
     expect(labelsMatch(service().spec.selector, labels)).toBe(true);
-    const pdb = findObject<K8sObject & { spec: { selector: { matchLabels: Record<string, string> } } }>(manifests, 'PodDisruptionBudget', 'epd-coordinator');
+    const pdb = findObject<K8sObject & { spec: { selector: { matchLabels: Record<string, string> } } }>(
+      manifests,
+      'PodDisruptionBudget',
+      'epd-coordinator',
+    );
     expect(labelsMatch(pdb.spec.selector.matchLabels, labels)).toBe(true);
     findObject(manifests, 'ServiceAccount', d.spec.template.spec.serviceAccountName!);
   });
@@ -362,7 +406,9 @@ describe('Envoy Gateway wiring', () => {
     return findObject<HttpRoute>(manifests, 'HTTPRoute', target.name);
   };
   const internalRoute = () => {
-    const r = routes().filter((x) => x.spec.rules.some((rule) => (rule.matches ?? []).some((m) => (m.headers ?? []).some((h) => h.name === 'epp-profile'))));
+    const r = routes().filter((x) =>
+      x.spec.rules.some((rule) => (rule.matches ?? []).some((m) => (m.headers ?? []).some((h) => h.name === 'epp-profile'))),
+    );
     expect(r).toHaveLength(1);
     return r[0]!;
   };
@@ -377,7 +423,7 @@ describe('Envoy Gateway wiring', () => {
     expect(port?.name).toBe('grpc');
   });
 
-  test('the ext_proc filter is full duplex, fail-closed, request-only and may write the coordinator\'s metadata namespace', () => {
+  test("the ext_proc filter is full duplex, fail-closed, request-only and may write the coordinator's metadata namespace", () => {
     const ext = policy().spec.extProc[0]!;
     expect(policy().spec.extProc).toHaveLength(1);
     expect(ext.processingMode?.request?.body).toBe('FullDuplexStreamed');
@@ -396,7 +442,11 @@ describe('Envoy Gateway wiring', () => {
       }
       for (const rule of route.spec.rules) {
         for (const b of rule.backendRefs ?? []) {
-          expect({ route: route.metadata.name, kind: b.kind, group: b.group }).toEqual({ route: route.metadata.name, kind: 'InferencePool', group: 'inference.networking.k8s.io' });
+          expect({ route: route.metadata.name, kind: b.kind, group: b.group }).toEqual({
+            route: route.metadata.name,
+            kind: 'InferencePool',
+            group: 'inference.networking.k8s.io',
+          });
           findObject(manifests, 'InferencePool', b.name);
         }
         // A decode stream lasts as long as the model generates (a refusal rule has no backend).
@@ -418,15 +468,25 @@ describe('Envoy Gateway wiring', () => {
   });
 
   test('every other public path gets a 404 direct response in the OpenAI error shape, without the coordinator', () => {
-    const refused = routes().filter((r) => r.spec.rules.some((rule) => (rule.matches ?? []).some((m) => m.path?.type === 'PathPrefix' && m.path.value === '/')));
+    const refused = routes().filter((r) =>
+      r.spec.rules.some((rule) => (rule.matches ?? []).some((m) => m.path?.type === 'PathPrefix' && m.path.value === '/')),
+    );
     expect(refused).toHaveLength(1);
     const rule = refused[0]!.spec.rules[0]!;
     expect(rule.backendRefs ?? []).toEqual([]);
     expect(refused[0]!.spec.parentRefs).toEqual(publicRoute().spec.parentRefs);
     expect(policy().spec.targetRefs.map((t) => t.name)).not.toContain(refused[0]!.metadata.name);
-    const ref = (rule.filters ?? []).map((f) => (f as { extensionRef?: { kind: string; name: string } }).extensionRef).find((e) => e?.kind === 'HTTPRouteFilter')!;
-    const filter = findObject<K8sObject & { spec: { directResponse: { statusCode: number; contentType: string; body: { type: string; inline: string } } } }>(manifests, 'HTTPRouteFilter', ref.name);
-    expect(filter.spec.directResponse).toEqual({ statusCode: REFUSED_PATH_STATUS, contentType: 'application/json', body: { type: 'Inline', inline: REFUSED_PATH_BODY } });
+    const ref = (rule.filters ?? [])
+      .map((f) => (f as { extensionRef?: { kind: string; name: string } }).extensionRef)
+      .find((e) => e?.kind === 'HTTPRouteFilter')!;
+    const filter = findObject<
+      K8sObject & { spec: { directResponse: { statusCode: number; contentType: string; body: { type: string; inline: string } } } }
+    >(manifests, 'HTTPRouteFilter', ref.name);
+    expect(filter.spec.directResponse).toEqual({
+      statusCode: REFUSED_PATH_STATUS,
+      contentType: 'application/json',
+      body: { type: 'Inline', inline: REFUSED_PATH_BODY },
+    });
   });
 
   test('client routing headers are removed before any HTTP filter, on the public Gateway', () => {
@@ -448,7 +508,7 @@ describe('Envoy Gateway wiring', () => {
     expect(roles).toEqual(['encode', 'prefill', 'decode'].map((value) => [{ type: 'Exact', name: 'epp-profile', value }]));
   });
 
-  test('gateway.address points at the internal gateway\'s Service and listener port', () => {
+  test("gateway.address points at the internal gateway's Service and listener port", () => {
     const side = gatewayOf(internalRoute());
     const url = new URL(coordinatorConfig().gateway.address);
     const serviceName = side.proxy.spec.provider?.kubernetes?.envoyService?.name;
@@ -458,7 +518,7 @@ describe('Envoy Gateway wiring', () => {
     expect(Number(url.port)).toBe(side.listener.port);
   });
 
-  test('the public access log prints every key of the coordinator\'s metadata namespace', () => {
+  test("the public access log prints every key of the coordinator's metadata namespace", () => {
     const { proxy } = gatewayOf(publicRoute());
     const ns = coordinatorConfig().server.metadataNamespace;
     const settings = proxy.spec.telemetry?.accessLog?.settings ?? [];
@@ -469,7 +529,7 @@ describe('Envoy Gateway wiring', () => {
     for (const key of METADATA_KEYS) expect(values).toContain(`%DYNAMIC_METADATA(${ns}:${key})%`);
   });
 
-  test('the internal access log shows each side call\'s role and request id', () => {
+  test("the internal access log shows each side call's role and request id", () => {
     const { proxy } = gatewayOf(internalRoute());
     const json = proxy.spec.telemetry?.accessLog?.settings?.[0]?.format?.json ?? {};
     expect(Object.values(json)).toEqual(expect.arrayContaining(['%REQ(EPP-PROFILE)%', '%REQ(X-REQUEST-ID)%']));

@@ -37,7 +37,7 @@ export function withClusterEndpoints(yaml: string, cluster: string, addresses: r
 
 /** Inserts routes (YAML list items at the gateway route indentation) before the gateway's first route. */
 export function withGatewayRoutes(yaml: string, routes: string): string {
-  const anchor = '              # Side-call timeouts are the coordinator\'s (gateway.timeout, step timeouts).\n              routes:\n';
+  const anchor = "              # Side-call timeouts are the coordinator's (gateway.timeout, step timeouts).\n              routes:\n";
   if (!yaml.includes(anchor)) throw new Error('gateway routes not found in the bootstrap');
   return yaml.replace(anchor, anchor + routes);
 }
@@ -62,8 +62,25 @@ export async function startCustomEnvoy(
   const errFd = openSync(join(dir, 'envoy.stderr'), 'w');
   const child = spawn(
     ensureEnvoy(),
-    ['-c', configPath, '--concurrency', '1', '--disable-hot-restart', '--log-level', 'warn', '--log-path', logPath,
-      '--file-flush-interval-msec', '50', '--admin-address-path', adminAddressPath, '--drain-time-s', '1', '--drain-strategy', 'immediate'],
+    [
+      '-c',
+      configPath,
+      '--concurrency',
+      '1',
+      '--disable-hot-restart',
+      '--log-level',
+      'warn',
+      '--log-path',
+      logPath,
+      '--file-flush-interval-msec',
+      '50',
+      '--admin-address-path',
+      adminAddressPath,
+      '--drain-time-s',
+      '1',
+      '--drain-strategy',
+      'immediate',
+    ],
     { stdio: ['ignore', errFd, errFd] },
   );
   closeSync(errFd);
@@ -89,7 +106,8 @@ export async function startCustomEnvoy(
   let publicPort = 0;
   try {
     while (publicPort === 0) {
-      if (exited) throw new Error(`envoy exited during start-up:\n${existsSync(logPath) ? readFileSync(logPath, 'utf8').slice(-3000) : ''}`);
+      if (exited)
+        throw new Error(`envoy exited during start-up:\n${existsSync(logPath) ? readFileSync(logPath, 'utf8').slice(-3000) : ''}`);
       if (Date.now() > deadline) throw new Error('envoy not ready in time');
       if (!adminUrl) {
         const addr = readFileSync(adminAddressPath, 'utf8').trim();

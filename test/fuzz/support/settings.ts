@@ -58,7 +58,8 @@ export function replayHint(level: FuzzLevel): string {
 export function shortReport(level: FuzzLevel, err: unknown, max = 1500): Error {
   const cause = (err as { cause?: unknown })?.cause;
   const why = cause instanceof Error ? `\nCause: ${cause.message}\n${(cause.stack ?? '').split('\n').slice(1, 6).join('\n')}` : '';
-  const stack = err instanceof Error && !err.message.includes('Property failed') ? `\n${(err.stack ?? '').split('\n').slice(1, 12).join('\n')}` : '';
+  const stack =
+    err instanceof Error && !err.message.includes('Property failed') ? `\n${(err.stack ?? '').split('\n').slice(1, 12).join('\n')}` : '';
   const text = (err instanceof Error ? err.message : String(err)) + why + stack;
   const lines = text.split('\n').map((l) => (l.length > max ? `${l.slice(0, max)}... [${l.length - max} more chars]` : l));
   // The whole report (counterexample included) goes to a file for replay and debugging.

@@ -118,7 +118,7 @@ describe('concurrent kv-sglang (prefill-decode)', () => {
     }
   });
 
-  it.each([['kv-nixl'], ['kv-shared-storage'], ['']])('refuses the serial connector %j with upstream\'s message', (name) => {
+  it.each([['kv-nixl'], ['kv-shared-storage'], ['']])("refuses the serial connector %j with upstream's message", (name) => {
     expect(() => buildConcurrentKvConnector(name, 'prefill-decode')).toThrow(
       /prefill-decode: kv_connector "kv-(nixl|shared-storage)" sends prefill and decode one after the other; use the "prefill" and "decode" steps/,
     );

@@ -12,7 +12,9 @@ for (const name of HOP_BY_HOP_HEADERS) headers[name] = 'v';
 
 describe('local reply headers', () => {
   it('an immediate response keeps the ordinary headers and skips every hop-by-hop one and content-length', () => {
-    const msg = immediateResponse(200, headers, Buffer.from('hi'), { metadata: undefined }) as unknown as { immediate_response: { headers: { set_headers: Array<{ header: { key: string } }> } } };
+    const msg = immediateResponse(200, headers, Buffer.from('hi'), { metadata: undefined }) as unknown as {
+      immediate_response: { headers: { set_headers: Array<{ header: { key: string } }> } };
+    };
     const names = msg.immediate_response.headers.set_headers.map((h) => h.header.key).sort();
     expect(names).toEqual(['content-type', 'x-kept']);
   });

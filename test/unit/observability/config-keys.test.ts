@@ -32,7 +32,10 @@ describe('operations config keys', () => {
   });
 
   test('COORDINATOR_SERVER_METRICS_ADDR and COORDINATOR_TRACING override the file', () => {
-    const c = parseConfig({ tracing: false, server: { metrics_addr: ':1' } }, { COORDINATOR_TRACING: 'true', COORDINATOR_SERVER_METRICS_ADDR: 'off' });
+    const c = parseConfig(
+      { tracing: false, server: { metrics_addr: ':1' } },
+      { COORDINATOR_TRACING: 'true', COORDINATOR_SERVER_METRICS_ADDR: 'off' },
+    );
     expect(c.tracing).toBe(true);
     expect(c.server.metricsAddr).toBeNull();
   });
@@ -43,7 +46,11 @@ describe('operations config keys', () => {
   });
 
   test('TLS: cert and key together, client CA optional (mTLS)', () => {
-    expect(parseConfig({ server: { tls_cert_file: '/c', tls_key_file: '/k' } }, {}).server.tls).toEqual({ certFile: '/c', keyFile: '/k', clientCaFile: undefined });
+    expect(parseConfig({ server: { tls_cert_file: '/c', tls_key_file: '/k' } }, {}).server.tls).toEqual({
+      certFile: '/c',
+      keyFile: '/k',
+      clientCaFile: undefined,
+    });
     expect(parseConfig({ server: { tls_cert_file: '/c', tls_key_file: '/k', tls_client_ca_file: '/ca' } }, {}).server.tls).toEqual({
       certFile: '/c',
       keyFile: '/k',

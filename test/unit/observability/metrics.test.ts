@@ -36,7 +36,9 @@ async function values(m: CoordinatorMetrics, name: string): Promise<MetricValue[
 /** The value of the series of `name` whose labels include `labels` (0 when absent). */
 async function value(m: CoordinatorMetrics, name: string, labels: Labels = {}): Promise<number> {
   const all = await values(m, name);
-  const hit = all.find((v) => (v.metricName === undefined || v.metricName === name) && Object.entries(labels).every(([k, x]) => v.labels[k] === x));
+  const hit = all.find(
+    (v) => (v.metricName === undefined || v.metricName === name) && Object.entries(labels).every(([k, x]) => v.labels[k] === x),
+  );
   return hit?.value ?? 0;
 }
 
@@ -98,7 +100,7 @@ describe('metric families', () => {
     expect([...metric!.labelNames].sort()).toEqual([...labelNames].sort());
   });
 
-  test('buckets are upstream\'s ladders', () => {
+  test("buckets are upstream's ladders", () => {
     const buckets = (name: string) => (m.registry.getSingleMetric(name) as unknown as { upperBounds: number[] }).upperBounds;
     expect(LATENCY_BUCKETS).toHaveLength(35);
     expect(LATENCY_BUCKETS[0]).toBe(0.005);
@@ -106,7 +108,9 @@ describe('metric families', () => {
     expect(SIZE_BUCKETS[0]).toBe(64);
     expect(SIZE_BUCKETS[SIZE_BUCKETS.length - 1]).toBe(1073741824);
     expect(SIZE_BUCKETS).toHaveLength(25);
-    expect(TOKEN_BUCKETS).toEqual([1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072, 262144, 524288, 1048576]);
+    expect(TOKEN_BUCKETS).toEqual([
+      1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072, 262144, 524288, 1048576,
+    ]);
     expect(buckets('llm_d_coordinator_request_duration_seconds')).toEqual(LATENCY_BUCKETS);
     expect(buckets('llm_d_coordinator_step_duration_seconds')).toEqual(LATENCY_BUCKETS);
     expect(buckets('llm_d_coordinator_request_size_bytes')).toEqual(SIZE_BUCKETS);
@@ -206,9 +210,12 @@ describe('pipeline hooks', () => {
     expect(await value(m, 'llm_d_coordinator_request_error_total', { error_code: 'cancelled' })).toBe(1);
   });
 
-  test('a step serving a worker\'s answer is a cache_hit; requests Envoy passes through are counted as passthrough', async () => {
+  test("a step serving a worker's answer is a cache_hit; requests Envoy passes through are counted as passthrough", async () => {
     const m = new CoordinatorMetrics({ processMetrics: false });
-    const h = handlerWith(m, [step('conditional-decode', () => ({ respond: { status: 200, headers: {}, body: Buffer.from('x') }, cacheHit: true })), decode]);
+    const h = handlerWith(m, [
+      step('conditional-decode', () => ({ respond: { status: 200, headers: {}, body: Buffer.from('x') }, cacheHit: true })),
+      decode,
+    ]);
     await send(h, { model: 'm' });
     expect(h.begin({ method: 'GET', path: '/v1/models', headers: {} })).not.toBeNull();
     expect(await value(m, 'epd_coordinator_decisions_total', { path: 'cache_hit' })).toBe(1);
@@ -216,7 +223,7 @@ describe('pipeline hooks', () => {
     expect(await value(m, 'llm_d_coordinator_execution_path_total', { model_name: 'm', path: 'decode-only' })).toBe(1);
   });
 
-  test('a step\'s own answer (an async-broker 202, a refusal) is a step_response, not a cache_hit', async () => {
+  test("a step's own answer (an async-broker 202, a refusal) is a step_response, not a cache_hit", async () => {
     const m = new CoordinatorMetrics({ processMetrics: false });
     const h = handlerWith(m, [step('async-broker', () => ({ respond: { status: 202, headers: {}, body: Buffer.from('{}') } })), decode]);
     await send(h, { model: 'm' });

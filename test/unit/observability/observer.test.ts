@@ -49,7 +49,12 @@ describe('observer hooks', () => {
       'ended:decode',
       'finished:cascade',
     ]);
-    expect(results[0]).toMatchObject({ path: 'cascade', inputTokens: 3, stepsStarted: ['render', 'prefill', 'decode'], errorClass: undefined });
+    expect(results[0]).toMatchObject({
+      path: 'cascade',
+      inputTokens: 3,
+      stepsStarted: ['render', 'prefill', 'decode'],
+      errorClass: undefined,
+    });
   });
 
   test('a failing step reports the error on its step and on the request, once', async () => {
@@ -72,7 +77,10 @@ describe('observer hooks', () => {
     const b = recorder();
     const both = combineObservers([a.observer, b.observer]);
     both.decided('route');
-    both.requestStarted({ method: 'POST', path: '/p', headers: {} }).stepStarted('s', {} as never).ended();
+    both
+      .requestStarted({ method: 'POST', path: '/p', headers: {} })
+      .stepStarted('s', {} as never)
+      .ended();
     expect(a.events).toEqual(['decided:route', 'start:POST /p', 'step:s', 'ended:s']);
     expect(b.events).toEqual(a.events);
   });

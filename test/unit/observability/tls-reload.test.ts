@@ -29,13 +29,19 @@ function config(server: Record<string, unknown>): AppConfig {
 }
 
 /** One raw TLS handshake: the certificate the server presented and what was negotiated. */
-function handshake(port: number, opts: { maxVersion?: 'TLSv1.2' | 'TLSv1.3' } = {}): Promise<{ cert: PeerCertificate; protocol: string | null; cipher: string }> {
+function handshake(
+  port: number,
+  opts: { maxVersion?: 'TLSv1.2' | 'TLSv1.3' } = {},
+): Promise<{ cert: PeerCertificate; protocol: string | null; cipher: string }> {
   return new Promise((resolve, reject) => {
-    const socket = connect({ host: '127.0.0.1', port, servername: 'localhost', rejectUnauthorized: false, ALPNProtocols: ['h2'], ...opts }, () => {
-      const out = { cert: socket.getPeerCertificate(), protocol: socket.getProtocol(), cipher: socket.getCipher().name };
-      socket.destroy();
-      resolve(out);
-    });
+    const socket = connect(
+      { host: '127.0.0.1', port, servername: 'localhost', rejectUnauthorized: false, ALPNProtocols: ['h2'], ...opts },
+      () => {
+        const out = { cert: socket.getPeerCertificate(), protocol: socket.getProtocol(), cipher: socket.getCipher().name };
+        socket.destroy();
+        resolve(out);
+      },
+    );
     socket.once('error', reject);
   });
 }
@@ -144,9 +150,12 @@ describe('TLS profile and defaults', () => {
   });
 
   it('tls_cipher_suites by Go name restricts TLS 1.2 to that suite', async () => {
-    await withService({ tls_cert_file: pki.serverCert, tls_key_file: pki.serverKey, tls_cipher_suites: ['TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384'] }, async (port) => {
-      expect((await handshake(port, { maxVersion: 'TLSv1.2' })).cipher).toBe('ECDHE-ECDSA-AES256-GCM-SHA384');
-    });
+    await withService(
+      { tls_cert_file: pki.serverCert, tls_key_file: pki.serverKey, tls_cipher_suites: ['TLS_ECDHE_ECDSA_WITH_AES_256_GCM_SHA384'] },
+      async (port) => {
+        expect((await handshake(port, { maxVersion: 'TLSv1.2' })).cipher).toBe('ECDHE-ECDSA-AES256-GCM-SHA384');
+      },
+    );
   });
 
   it('secure_serving true without a certificate serves a self-signed O=llm-d one, no SANs', async () => {
@@ -157,7 +166,10 @@ describe('TLS profile and defaults', () => {
       expect(cert.subjectaltname).toBeUndefined();
       // A gRPC client that trusts exactly this certificate and skips the name check gets through.
       const pem = `-----BEGIN CERTIFICATE-----\n${cert.raw.toString('base64')}\n-----END CERTIFICATE-----\n`;
-      const probe = new HealthProbe(`127.0.0.1:${port}`, grpc.credentials.createSsl(Buffer.from(pem), null, null, { checkServerIdentity: () => undefined }));
+      const probe = new HealthProbe(
+        `127.0.0.1:${port}`,
+        grpc.credentials.createSsl(Buffer.from(pem), null, null, { checkServerIdentity: () => undefined }),
+      );
       try {
         expect(await probe.check(EXT_PROC)).toBe('SERVING');
       } finally {
@@ -166,16 +178,18 @@ describe('TLS profile and defaults', () => {
     });
   });
 
-  it('upstream\'s old key secure_coordinator is an alias; unset stays plaintext (our default)', async () => {
+  it("upstream's old key secure_coordinator is an alias; unset stays plaintext (our default)", async () => {
     expect(config({ secure_coordinator: true }).server.tls).toMatchObject({ selfSigned: true });
     expect(config({}).server.tls).toBeNull();
-    expect(parseConfig({ server: { secure_serving: false, cert_path: '/x' } }, {}).warnings.join()).toContain('TLS certificate keys are ignored');
+    expect(parseConfig({ server: { secure_serving: false, cert_path: '/x' } }, {}).warnings.join()).toContain(
+      'TLS certificate keys are ignored',
+    );
     expect(parseConfig({ server: { cert_path: '/x' } }, { COORDINATOR_SERVER_SECURE_SERVING: 'false' }).server.tls).toBeNull();
   });
 
   it.each([
     [{ tls_min_version: 'VersionTLS99' }, 'invalid tls_min_version "VersionTLS99"'],
-    [{ tls_cipher_suites: 'TLS_NOT_A_CIPHER' }, 'Cipher suite TLS_NOT_A_CIPHER not supported or doesn\'t exist'],
+    [{ tls_cipher_suites: 'TLS_NOT_A_CIPHER' }, "Cipher suite TLS_NOT_A_CIPHER not supported or doesn't exist"],
     [{ cert_path: '/a', tls_cert_file: '/c', tls_key_file: '/k' }, 'either server.cert_path or server.tls_cert_file'],
   ])('%j stops start-up: %s', (server, text) => {
     expect(() => config(server)).toThrow(ConfigError);

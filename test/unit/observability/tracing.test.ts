@@ -47,7 +47,12 @@ beforeEach(() => upstream.reset());
 
 function setup(observer?: PipelineObserver, clientObserver?: Tracing['sideCalls']) {
   const client = new PooledSideCallClient(upstream.url, { maxIdleConns: 2, idleTimeoutMs: 1000, observer: clientObserver });
-  const handler = new PipelineHandler({ steps: [callingStep('prefill', client, '/v1/completions'), decode], maxBodyBytes: 4096, log: silentLogger(), observer });
+  const handler = new PipelineHandler({
+    steps: [callingStep('prefill', client, '/v1/completions'), decode],
+    maxBodyBytes: 4096,
+    log: silentLogger(),
+    observer,
+  });
   return { client, handler };
 }
 
@@ -78,7 +83,7 @@ describe('traceparent parsing', () => {
 });
 
 describe('tracing off', () => {
-  test('the side call carries the client\'s traceparent and tracestate unchanged; nothing is stamped', async () => {
+  test("the side call carries the client's traceparent and tracestate unchanged; nothing is stamped", async () => {
     const { client, handler } = setup();
     const d = (await send(handler, { traceparent: TRACEPARENT, tracestate: TRACESTATE })) as ForwardDecision;
     await client.close();
@@ -106,7 +111,7 @@ describe('tracing on', () => {
   };
   const parentOf = (s: ReadableSpan) => s.parentSpanContext?.spanId;
 
-  test('request > pipeline > step > side call nest under the client\'s trace; the side call carries our span id', async () => {
+  test("request > pipeline > step > side call nest under the client's trace; the side call carries our span id", async () => {
     const { client, handler } = setup(tracing, tracing.sideCalls);
     const d = (await send(handler, { traceparent: TRACEPARENT, tracestate: TRACESTATE })) as ForwardDecision;
     await client.close();

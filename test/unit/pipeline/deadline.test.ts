@@ -93,7 +93,14 @@ describe('a side call with a total bound', () => {
     const client = new PooledSideCallClient(url, { maxIdleConns: 1, idleTimeoutMs: 1000 });
     try {
       const err = await underGcPressure(() =>
-        client.post('/v1/completions', {}, '{}', { step: 'prefill', signal: new AbortController().signal, headersTimeoutMs: 300, totalTimeoutMs: 400 }).catch((e: unknown) => e),
+        client
+          .post('/v1/completions', {}, '{}', {
+            step: 'prefill',
+            signal: new AbortController().signal,
+            headersTimeoutMs: 300,
+            totalTimeoutMs: 400,
+          })
+          .catch((e: unknown) => e),
       );
       expect(err).toBeInstanceOf(TransportError);
       expect((err as TransportError).timedOut).toBe(true);

@@ -38,7 +38,12 @@ describe('PipelineHandler', () => {
     let ran = false;
     const ex = handler([step('decode', () => void (ran = true))]).begin({ method, path, headers: { 'x-request-id': 'p-1' } })!;
     const d = (await ex.complete(Buffer.from('{"a":1}'))) as ForwardDecision;
-    expect(d).toMatchObject({ kind: 'forward', setHeaders: { 'epp-profile': 'decode', 'x-request-id': 'p-1' }, removeHeaders: [], body: null });
+    expect(d).toMatchObject({
+      kind: 'forward',
+      setHeaders: { 'epp-profile': 'decode', 'x-request-id': 'p-1' },
+      removeHeaders: [],
+      body: null,
+    });
     expect(d.metadata['path_taken']).toBe('passthrough');
     expect(ran).toBe(false);
   });
@@ -54,7 +59,12 @@ describe('PipelineHandler', () => {
     expect(d.kind).toBe('respond');
     expect(d.status).toBe(400);
     expect(d.headers['content-type']).toBe('application/json');
-    expect(json(d).error).toEqual({ message: 'invalid JSON body (request_id: abc-1)', type: 'invalid_request_error', param: null, code: 400 });
+    expect(json(d).error).toEqual({
+      message: 'invalid JSON body (request_id: abc-1)',
+      type: 'invalid_request_error',
+      param: null,
+      code: 400,
+    });
     expect(d.metadata).toMatchObject({ request_id: 'abc-1', path_taken: 'error', error_class: 'bad_request', status: 400 });
   });
 
@@ -70,7 +80,15 @@ describe('PipelineHandler', () => {
 
   test('an unsafe or overlong x-request-id is replaced by a UUID and never reflected', async () => {
     for (const bad of ['a b', 'x\r\ny', 'a'.repeat(129), '<script>']) {
-      const d = (await run([step('render', () => { throw new BadRequestError('nope'); })], '{}', { 'x-request-id': bad })) as RespondDecision;
+      const d = (await run(
+        [
+          step('render', () => {
+            throw new BadRequestError('nope');
+          }),
+        ],
+        '{}',
+        { 'x-request-id': bad },
+      )) as RespondDecision;
       const id = d.metadata['request_id'] as string;
       expect(id).toMatch(/^[0-9a-f-]{36}$/);
       expect(json(d).error.message).toBe(`nope (request_id: ${id})`);
@@ -79,7 +97,15 @@ describe('PipelineHandler', () => {
   });
 
   test('an upstream 4xx keeps its status, names the step, and hides the upstream body', async () => {
-    const d = (await run([step('prefill', () => { throw new UpstreamError('prefill', 422, 'SECRET upstream text'); })], '{}', { 'x-request-id': 'r1' })) as RespondDecision;
+    const d = (await run(
+      [
+        step('prefill', () => {
+          throw new UpstreamError('prefill', 422, 'SECRET upstream text');
+        }),
+      ],
+      '{}',
+      { 'x-request-id': 'r1' },
+    )) as RespondDecision;
     expect(d.status).toBe(422);
     expect(json(d).error.message).toBe('prefill rejected the request: HTTP 422 (request_id: r1)');
     expect((d.body as Buffer).toString()).not.toContain('SECRET');
@@ -93,7 +119,15 @@ describe('PipelineHandler', () => {
     ['an image that could not be fetched', new MediaUnavailableError('downloading http://img/x: HTTP 404', 404), 'media_unavailable'],
     ['any other error (our own bug)', new TypeError("cannot read properties of undefined (reading 'x')"), 'internal'],
   ])('%s is a 502 with a generic message', async (_label, err, cls) => {
-    const d = (await run([step('prefill', () => { throw err; })], '{}', { 'x-request-id': 'r2' })) as RespondDecision;
+    const d = (await run(
+      [
+        step('prefill', () => {
+          throw err;
+        }),
+      ],
+      '{}',
+      { 'x-request-id': 'r2' },
+    )) as RespondDecision;
     expect(d.status).toBe(502);
     expect(json(d).error).toEqual({ message: 'internal error (request_id: r2)', type: 'api_error', param: null, code: 502 });
     expect(d.metadata['error_class']).toBe(cls);
@@ -102,7 +136,13 @@ describe('PipelineHandler', () => {
   test('a step that answers the client ends the pipeline; later steps do not run', async () => {
     const later = jest.fn();
     const d = (await run(
-      [step('conditional-decode', () => ({ respond: { status: 200, headers: { 'content-type': 'text/plain' }, body: Buffer.from('hit') }, cacheHit: true })), step('decode', later)],
+      [
+        step('conditional-decode', () => ({
+          respond: { status: 200, headers: { 'content-type': 'text/plain' }, body: Buffer.from('hit') },
+          cacheHit: true,
+        })),
+        step('decode', later),
+      ],
       '{}',
     )) as RespondDecision;
     expect(d).toMatchObject({ kind: 'respond', status: 200 });
@@ -110,9 +150,12 @@ describe('PipelineHandler', () => {
     expect(later).not.toHaveBeenCalled();
   });
 
-  test('a step\'s own answer (not a served worker answer) is path_taken step_response', async () => {
+  test("a step's own answer (not a served worker answer) is path_taken step_response", async () => {
     const later = jest.fn();
-    const d = (await run([step('async-broker', () => ({ respond: { status: 429, headers: {}, body: Buffer.from('{}') } })), step('decode', later)], '{}')) as RespondDecision;
+    const d = (await run(
+      [step('async-broker', () => ({ respond: { status: 429, headers: {}, body: Buffer.from('{}') } })), step('decode', later)],
+      '{}',
+    )) as RespondDecision;
     expect(d).toMatchObject({ kind: 'respond', status: 429 });
     expect(d.metadata).toMatchObject({ path_taken: 'step_response', status: 429 });
     expect(later).not.toHaveBeenCalled();
@@ -181,7 +224,10 @@ describe('routes and stamped headers', () => {
     expect(d.status).toBe(200);
     expect(JSON.parse((d.body as Buffer).toString())).toEqual({ id: 'abc', team: 't1' });
     expect(d.metadata['path_taken']).toBe('route');
-    for (const [method, path] of [['DELETE', '/v1/requests/abc'], ['GET', '/v1/requests/a/b']] as const) {
+    for (const [method, path] of [
+      ['DELETE', '/v1/requests/abc'],
+      ['GET', '/v1/requests/a/b'],
+    ] as const) {
       const other = (await h.begin({ method, path, headers: {} })!.complete(Buffer.alloc(0))) as ForwardDecision;
       expect(other.metadata['path_taken']).toBe('passthrough');
     }

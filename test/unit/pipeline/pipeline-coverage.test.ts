@@ -5,8 +5,26 @@ import { BadRequestError } from '../../../src/pipeline/errors';
 import { silentLogger } from '../../../src/observability/logger';
 
 const ctx = (body: Record<string, unknown>) =>
-  new RequestContext({ requestId: 'r', originalPath: '/v1/chat/completions', headers: {}, body, signal: new AbortController().signal, log: silentLogger() });
-const withImage = { model: 'm', messages: [{ role: 'user', content: [{ type: 'text', text: 'hi' }, { type: 'image_url', image_url: { url: 'data:image/png;base64,AA==' } }] }] };
+  new RequestContext({
+    requestId: 'r',
+    originalPath: '/v1/chat/completions',
+    headers: {},
+    body,
+    signal: new AbortController().signal,
+    log: silentLogger(),
+  });
+const withImage = {
+  model: 'm',
+  messages: [
+    {
+      role: 'user',
+      content: [
+        { type: 'text', text: 'hi' },
+        { type: 'image_url', image_url: { url: 'data:image/png;base64,AA==' } },
+      ],
+    },
+  ],
+};
 const textOnly = { model: 'm', messages: [{ role: 'user', content: [{ type: 'text', text: 'hi' }] }] };
 
 describe('pipelineCoverage', () => {
@@ -25,8 +43,14 @@ describe('pipelineCoverage', () => {
   });
 
   test.each([
-    [['replace-media-urls', 'render', 'prefill', 'decode'], ['no "encode": images are encoded by the prefill (or decode) workers themselves']],
-    [['render', 'encode', 'prefill', 'decode'], ['no "replace-media-urls" step', 'has "encode" but no "replace-media-urls"']],
+    [
+      ['replace-media-urls', 'render', 'prefill', 'decode'],
+      ['no "encode": images are encoded by the prefill (or decode) workers themselves'],
+    ],
+    [
+      ['render', 'encode', 'prefill', 'decode'],
+      ['no "replace-media-urls" step', 'has "encode" but no "replace-media-urls"'],
+    ],
     [['replace-media-urls', 'encode', 'prefill', 'decode'], ['has "encode" but no "render"']],
     [['replace-media-urls', 'render', 'encode', 'prefill'], ['no "decode" (or "prefill-decode") step']],
   ])('%j warns: %j', (types, expected) => {

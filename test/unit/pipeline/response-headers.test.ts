@@ -7,10 +7,18 @@ import { silentLogger } from '../../../src/observability/logger';
 import { relayedResponseHeaders } from '../../../src/steps/conditional-decode';
 
 const ctxWith = (headers: Record<string, string>, relay: readonly string[] = DEFAULT_FORWARD_RESPONSE_HEADERS) =>
-  new RequestContext({ requestId: 'r', originalPath: '/v1/chat/completions', headers, body: {}, signal: new AbortController().signal, log: silentLogger(), relayResponseHeaders: relay });
+  new RequestContext({
+    requestId: 'r',
+    originalPath: '/v1/chat/completions',
+    headers,
+    body: {},
+    signal: new AbortController().signal,
+    log: silentLogger(),
+    relayResponseHeaders: relay,
+  });
 
 describe('parseForwardResponseHeaders', () => {
-  it('absent means upstream\'s default; [] disables; names are trimmed and lower-cased', () => {
+  it("absent means upstream's default; [] disables; names are trimmed and lower-cased", () => {
     expect(parseForwardResponseHeaders(undefined)).toEqual(['x-llm-d-disagg-revision']);
     expect(parseForwardResponseHeaders([])).toEqual([]);
     expect(parseForwardResponseHeaders([' X-Disagg-Slice '])).toEqual(['x-disagg-slice']);
@@ -40,7 +48,7 @@ describe('relay on one request', () => {
     expect(ctx.discardedClientHeaders().sort()).toEqual(['x-llm-d-disagg-revision', 'x-peer-topology']);
   });
 
-  it('an answer\'s value reaches later side calls and the decode request; the topology only decode', () => {
+  it("an answer's value reaches later side calls and the decode request; the topology only decode", () => {
     const ctx = ctxWith({ 'x-llm-d-disagg-revision': 'client' });
     ctx.captureResponseHeaders({ 'x-llm-d-disagg-revision': 'rev-1', 'x-peer-topology': 'host=a' });
     ctx.capturePeerTopology({ 'x-peer-topology': 'host=a' });
@@ -51,7 +59,12 @@ describe('relay on one request', () => {
 
   it('a fan-out takes the most frequent value; a tie goes to the first seen', () => {
     const ctx = ctxWith({});
-    ctx.captureFanOutHeaders([{ 'x-llm-d-disagg-revision': 'b' }, {}, { 'x-llm-d-disagg-revision': 'a' }, { 'x-llm-d-disagg-revision': 'a' }]);
+    ctx.captureFanOutHeaders([
+      { 'x-llm-d-disagg-revision': 'b' },
+      {},
+      { 'x-llm-d-disagg-revision': 'a' },
+      { 'x-llm-d-disagg-revision': 'a' },
+    ]);
     expect(ctx.relayedHeaders()).toEqual({ 'x-llm-d-disagg-revision': 'a' });
     expect(mostFrequent(['x', 'y', 'y', 'x'])).toBe('x');
     expect(mostFrequent([])).toBeUndefined();
@@ -66,6 +79,8 @@ describe('relay on one request', () => {
 
 describe('answers the service relays itself (conditional-decode hit)', () => {
   it('internal headers are stripped, the rest kept', () => {
-    expect(relayedResponseHeaders({ 'x-peer-topology': 'host=a', 'epp-profile': 'decode', 'x-inference-pod': 'p', connection: 'close' })).toEqual({ 'x-inference-pod': 'p' });
+    expect(
+      relayedResponseHeaders({ 'x-peer-topology': 'host=a', 'epp-profile': 'decode', 'x-inference-pod': 'p', connection: 'close' }),
+    ).toEqual({ 'x-inference-pod': 'p' });
   });
 });

@@ -1,11 +1,6 @@
 /** Small HTTP helpers for the simulator tests (loopback only). */
 
-export async function postJson(
-  url: string,
-  body: unknown,
-  headers: Record<string, string> = {},
-  signal?: AbortSignal,
-): Promise<Response> {
+export async function postJson(url: string, body: unknown, headers: Record<string, string> = {}, signal?: AbortSignal): Promise<Response> {
   return fetch(url, {
     method: 'POST',
     headers: { 'content-type': 'application/json', ...headers },
@@ -39,7 +34,7 @@ export async function readSse(res: Response): Promise<{ reads: string[]; data: s
  * The parsed JSON body. Loosely typed on purpose: the tests probe arbitrary answer shapes and the
  * assertions themselves check them.
  */
- 
+
 export async function readJson(res: Response): Promise<any> {
   return res.json();
 }

@@ -45,10 +45,7 @@ describe('simulator: render', () => {
     const hashes: string[] = body.features.mm_hashes.image;
     const placeholders: Array<{ offset: number; length: number }> = body.features.mm_placeholders.image;
     const kwargs: string[] = body.features.kwargs_data.image;
-    expect(hashes).toEqual([
-      `sim_img_0_${fnv32a(IMG_A).toString(16)}`,
-      `sim_img_1_${fnv32a(IMG_B).toString(16)}`,
-    ]);
+    expect(hashes).toEqual([`sim_img_0_${fnv32a(IMG_A).toString(16)}`, `sim_img_1_${fnv32a(IMG_B).toString(16)}`]);
     expect(placeholders).toHaveLength(2);
     expect(kwargs).toHaveLength(2);
     expect(kwargs.every((k) => typeof k === 'string' && k.length > 0)).toBe(true);
@@ -113,16 +110,20 @@ describe('simulator: encode role', () => {
   };
 
   it('keys ec_transfer_params by the hashes the coordinator sent in tokens.features', async () => {
-    const res = await postJson(`${encoder.url}/v1/chat/completions`, {
-      model: 'm',
-      messages: [{ role: 'user', content: [{ type: 'image_url', image_url: { url: IMG_A } }] }],
-      tokens: {
-        token_ids: [1, 32000, 32000, 32000],
-        features: { mm_hashes: { image: ['hash-abc'] }, mm_placeholders: { image: [{ offset: 1, length: 3 }] } },
+    const res = await postJson(
+      `${encoder.url}/v1/chat/completions`,
+      {
+        model: 'm',
+        messages: [{ role: 'user', content: [{ type: 'image_url', image_url: { url: IMG_A } }] }],
+        tokens: {
+          token_ids: [1, 32000, 32000, 32000],
+          features: { mm_hashes: { image: ['hash-abc'] }, mm_placeholders: { image: [{ offset: 1, length: 3 }] } },
+        },
+        max_tokens: 1,
+        stream: false,
       },
-      max_tokens: 1,
-      stream: false,
-    }, { 'epp-profile': 'encode' });
+      { 'epp-profile': 'encode' },
+    );
     const body = await readJson(res);
     expect(body.ec_transfer_params).toEqual({ 'hash-abc': descriptor });
     expect(body.choices[0].message.content).toBe('!');

@@ -160,7 +160,11 @@ export interface FakeUpstreams {
  * gateway; both forget their requests and replies before each test.
  */
 export function useFakeUpstreams(): FakeUpstreams {
-  const up = { renderService: new FakeUpstream(), gateway: new FakeUpstream() } as { renderService: FakeUpstream; gateway: FakeUpstream; td: TestDeps };
+  const up = { renderService: new FakeUpstream(), gateway: new FakeUpstream() } as {
+    renderService: FakeUpstream;
+    gateway: FakeUpstream;
+    td: TestDeps;
+  };
   beforeAll(async () => {
     await Promise.all([up.renderService.start(), up.gateway.start()]);
     up.td = new TestDeps(up.gateway.url);

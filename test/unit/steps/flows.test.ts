@@ -27,7 +27,11 @@ describe('flows', () => {
     renderService.respond = () => ({
       body: {
         token_ids: [1, 9, 9, 9, 2],
-        features: { mm_hashes: { image: ['hash-a'] }, mm_placeholders: { image: [{ offset: 1, length: 3 }] }, kwargs_data: { image: ['KW'] } },
+        features: {
+          mm_hashes: { image: ['hash-a'] },
+          mm_placeholders: { image: [{ offset: 1, length: 3 }] },
+          kwargs_data: { image: ['KW'] },
+        },
       },
     });
     gateway.respond = () => ({ body: { kv_transfer_params: { block_id: 'blk-1', peer_host: '10.1.1.1', do_remote_decode: true } } });
@@ -37,7 +41,11 @@ describe('flows', () => {
       ['prefill'],
       ['decode'],
     );
-    const ctx = makeCtx({ body: chatBodyWithImages(1, { max_tokens: 20 }), entries: [{ index: 0, base64Data: 'AAA0', contentType: 'image/png' }], requestId: 'flow-1' });
+    const ctx = makeCtx({
+      body: chatBodyWithImages(1, { max_tokens: 20 }),
+      entries: [{ index: 0, base64Data: 'AAA0', contentType: 'image/png' }],
+      requestId: 'flow-1',
+    });
     ctx.ecTransferParams = null;
     nixlEc.mergeEncodeResponse(ctx, { 'hash-a': { peer_host: 'enc', peer_port: 1 } });
 
@@ -56,7 +64,12 @@ describe('flows', () => {
 
     // Decode: the rewritten client request, left for Envoy to forward on the same path.
     expect(ctx.decode!.headers).toEqual({ 'epp-profile': 'decode', 'x-request-id': 'flow-1', 'content-type': 'application/json' });
-    expect(ctx.body['kv_transfer_params']).toEqual({ block_id: 'blk-1', peer_host: '10.1.1.1', do_remote_decode: false, do_remote_prefill: true });
+    expect(ctx.body['kv_transfer_params']).toEqual({
+      block_id: 'blk-1',
+      peer_host: '10.1.1.1',
+      do_remote_decode: false,
+      do_remote_prefill: true,
+    });
     expect(ctx.body['max_tokens']).toBe(20);
     expect(ctx.body).not.toHaveProperty('ec_transfer_params');
     expect((ctx.body['messages'] as any)[0].content[1].uuid).toBe('hash-a');
@@ -70,7 +83,12 @@ describe('flows', () => {
     expect(renderService.seen[0]!.path).toBe('/v1/completions/render');
     expect(gateway.seen.map((r) => r.path)).toEqual(['/v1/completions']);
     expect(gateway.seen[0]!.json.prompt).toEqual([3, 4, 5]);
-    expect(ctx.body).toEqual({ model: 'm', prompt: [3, 4, 5], max_tokens: 9, kv_transfer_params: { do_remote_decode: false, do_remote_prefill: true } });
+    expect(ctx.body).toEqual({
+      model: 'm',
+      prompt: [3, 4, 5],
+      max_tokens: 9,
+      kv_transfer_params: { do_remote_decode: false, do_remote_prefill: true },
+    });
   });
 
   it('generate: render validates the client features; prefill rebuilds them; decode keeps the client body', async () => {
@@ -89,7 +107,10 @@ describe('flows', () => {
       model: 'm',
       token_ids: [1, 5, 5, 5, 2],
       features,
-      sampling_params: { max_tokens: 30, extra_args: { kv_transfer_params: { block_id: 7, do_remote_decode: false, do_remote_prefill: true } } },
+      sampling_params: {
+        max_tokens: 30,
+        extra_args: { kv_transfer_params: { block_id: 7, do_remote_decode: false, do_remote_prefill: true } },
+      },
     });
   });
 

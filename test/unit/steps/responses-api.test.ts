@@ -21,13 +21,23 @@ const registry = registerBuiltinSteps(new StepRegistry());
 const PATH = '/v1/responses';
 
 function pipeline(...steps: Array<[string, StepParams?]>): Step[] {
-  return steps.map(([type, own], i) => registry.build(type, { use_openai_format: true, kv_connector: 'kv-nixl', ...(own ?? {}) }, up.td.deps, i));
+  return steps.map(([type, own], i) =>
+    registry.build(type, { use_openai_format: true, kv_connector: 'kv-nixl', ...(own ?? {}) }, up.td.deps, i),
+  );
 }
 
 const IMG = 'data:image/png;base64,iVBORw0KGgo=';
 const withImage = (extra: JsonObject = {}): JsonObject => ({
   model: 'm',
-  input: [{ role: 'user', content: [{ type: 'input_text', text: 'describe' }, { type: 'input_image', image_url: IMG, detail: 'low' }] }],
+  input: [
+    {
+      role: 'user',
+      content: [
+        { type: 'input_text', text: 'describe' },
+        { type: 'input_image', image_url: IMG, detail: 'low' },
+      ],
+    },
+  ],
   max_output_tokens: 50,
   stream: true,
   stream_options: { include_usage: true },
@@ -56,7 +66,10 @@ describe('Responses: requests refused before the pipeline', () => {
     [{ previous_response_id: 'resp_1' }, 'field "previous_response_id" is not supported by the router'],
     [{ conversation: { id: 'c' } }, 'field "conversation" is not supported by the router'],
     [{ background: true }, 'field "background" is not supported by the router'],
-    [{ input: [{ role: 'user', content: [{ type: 'input_image', file_id: 'file-1' }] }] }, 'field "file_id" is not supported by the router'],
+    [
+      { input: [{ role: 'user', content: [{ type: 'input_image', file_id: 'file-1' }] }] },
+      'field "file_id" is not supported by the router',
+    ],
     [{ input: [{ type: 'input_file', file_id: 'file-1' }] }, 'field "file_id" is not supported by the router'],
     [{ input: 42 }, 'field "input" could not be read as a JSON array or string'],
   ])('%j -> 400 %s', async (extra, msg) => {
@@ -80,7 +93,12 @@ describe('Responses: requests refused before the pipeline', () => {
 describe('Responses: the legs', () => {
   it('render -> prefill -> decode: paths and bodies as §12.9', async () => {
     renderService.respond = () => ({ body: renderAnswer });
-    gateway.respond = () => ({ body: { id: 'resp-x', kv_transfer_params: { remote_engine_id: 'e1', remote_block_ids: [[1]], remote_host: '10.0.0.9', remote_port: 5557 } } });
+    gateway.respond = () => ({
+      body: {
+        id: 'resp-x',
+        kv_transfer_params: { remote_engine_id: 'e1', remote_block_ids: [[1]], remote_host: '10.0.0.9', remote_port: 5557 },
+      },
+    });
     const ctx = makeCtx({ path: PATH, body: withImage(), entries: [{ index: 0, base64Data: 'iVBORw0KGgo=', contentType: 'image/png' }] });
     const outcome = await runPipeline(pipeline(['render', { address: renderService.url }], ['prefill'], ['decode']), ctx);
     expect(outcome.kind).toBe('completed');
@@ -92,7 +110,13 @@ describe('Responses: the legs', () => {
     expect(prefill.path).toBe('/v1/responses');
     expect(prefill.headers['epp-profile']).toBe('prefill');
     const pj = prefill.json as JsonObject;
-    expect(pj).toMatchObject({ model: 'm', max_output_tokens: 1, stream: false, store: false, kv_transfer_params: { do_remote_decode: true } });
+    expect(pj).toMatchObject({
+      model: 'm',
+      max_output_tokens: 1,
+      stream: false,
+      store: false,
+      kv_transfer_params: { do_remote_decode: true },
+    });
     expect(pj).not.toHaveProperty('stream_options');
     expect(pj).not.toHaveProperty('min_tokens');
     expect(pj).not.toHaveProperty('tokens');
@@ -150,12 +174,18 @@ describe('Responses: replace-media-urls', () => {
   });
 
   it('an input_image whose image_url is not a string is a 400', async () => {
-    const ctx = makeCtx({ path: PATH, body: { model: 'm', input: [{ role: 'user', content: [{ type: 'input_image', image_url: { url: IMG } }] }] } });
+    const ctx = makeCtx({
+      path: PATH,
+      body: { model: 'm', input: [{ role: 'user', content: [{ type: 'input_image', image_url: { url: IMG } }] }] },
+    });
     await expect(mediaStep({}, {}).execute(ctx)).rejects.toThrow('input[0].content[0].image_url must be a string, got object');
   });
 
   it('chat-shaped image parts in a Responses request are not images of it', async () => {
-    const ctx = makeCtx({ path: PATH, body: { model: 'm', input: 'x', messages: [{ role: 'user', content: [{ type: 'image_url', image_url: { url: IMG } }] }] } });
+    const ctx = makeCtx({
+      path: PATH,
+      body: { model: 'm', input: 'x', messages: [{ role: 'user', content: [{ type: 'image_url', image_url: { url: IMG } }] }] },
+    });
     await mediaStep({}, {}).execute(ctx);
     expect(ctx.multimodalEntries).toHaveLength(0);
   });

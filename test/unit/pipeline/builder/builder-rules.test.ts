@@ -42,7 +42,12 @@ describe('prefill-decode is a built-in step', () => {
   });
 
   it('the serial pipeline is unaffected', () => {
-    expect(build(['render', 'encode', 'prefill', 'decode'], { ...sglang, kvConnector: 'kv-nixl' })).toEqual(['render', 'encode', 'prefill', 'decode']);
+    expect(build(['render', 'encode', 'prefill', 'decode'], { ...sglang, kvConnector: 'kv-nixl' })).toEqual([
+      'render',
+      'encode',
+      'prefill',
+      'decode',
+    ]);
   });
 });
 
@@ -78,7 +83,9 @@ describe('prefill-decode: combinations that refuse to start', () => {
   });
 
   it('use_openai_format=false without render, as for the serial steps', () => {
-    expect(refusal(['prefill-decode'], { ...sglang, useOpenaiFormat: false }).message).toMatch(/^pipeline.use_openai_format: expected true, or a "render" step/);
+    expect(refusal(['prefill-decode'], { ...sglang, useOpenaiFormat: false }).message).toMatch(
+      /^pipeline.use_openai_format: expected true, or a "render" step/,
+    );
     expect(build(['render', 'prefill-decode'], { ...sglang, useOpenaiFormat: false })).toEqual(['render', 'prefill-decode']);
   });
 });

@@ -18,7 +18,10 @@ const registry = registerBuiltinSteps(new StepRegistry());
 
 /** The prefill step the pipeline builds from a config document's `pipeline` section. */
 function prefillFrom(pipeline: Record<string, unknown>): Step {
-  const cfg = parseConfig({ gateway: { address: gateway.url }, pipeline: { steps: [{ type: 'prefill' }, { type: 'decode' }], ...pipeline } }, {});
+  const cfg = parseConfig(
+    { gateway: { address: gateway.url }, pipeline: { steps: [{ type: 'prefill' }, { type: 'decode' }], ...pipeline } },
+    {},
+  );
   return buildPipeline(cfg.pipeline, registry, up.td.deps)[0]!;
 }
 
@@ -110,7 +113,11 @@ describe('steps that take no connector', () => {
           kv_connector: 'kv-sglang',
           dp_size: 2,
           kv_connector_params: { bootstrap_port: 9100 },
-          steps: [{ type: 'async-broker', params: { redis_url: 'redis://127.0.0.1:9/0' } }, { type: 'render', params: { address: gateway.url } }, { type: 'prefill-decode' }],
+          steps: [
+            { type: 'async-broker', params: { redis_url: 'redis://127.0.0.1:9/0' } },
+            { type: 'render', params: { address: gateway.url } },
+            { type: 'prefill-decode' },
+          ],
         },
       },
       {},

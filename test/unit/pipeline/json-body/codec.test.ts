@@ -193,7 +193,16 @@ describe('parseJsonBody', () => {
     const p = parseJsonBody(Buffer.from(JSON.stringify({ b: BASE64 })), MIN);
     const ph = p.body['b'] as string;
     expect(ph.startsWith(MARK)).toBe(true);
-    for (const altered of [`data:${ph}`, `${ph}x`, ph.slice(1), ph.slice(0, -1), `"${ph}`, ph.slice(0, 24), ph.slice(0, MARK.length + 16), ph.slice(MARK.length)]) {
+    for (const altered of [
+      `data:${ph}`,
+      `${ph}x`,
+      ph.slice(1),
+      ph.slice(0, -1),
+      `"${ph}`,
+      ph.slice(0, 24),
+      ph.slice(0, MARK.length + 16),
+      ph.slice(MARK.length),
+    ]) {
       expect(() => p.codec.serialize({ u: altered })).toThrow(PlaceholderLeakError);
       expect(() => p.codec.serialize({ [altered]: 1 })).toThrow(PlaceholderLeakError);
     }

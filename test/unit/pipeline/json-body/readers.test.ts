@@ -8,7 +8,11 @@ import { RedisServer } from '../../../support/redis';
 import { build, closeAll } from '../../steps/async-broker/harness';
 import { mediaStep } from '../../steps/media/helpers';
 
-function contextFor(body: JsonObject, headers: Record<string, string> = {}, path = '/v1/chat/completions'): { ctx: RequestContext; raw: Buffer } {
+function contextFor(
+  body: JsonObject,
+  headers: Record<string, string> = {},
+  path = '/v1/chat/completions',
+): { ctx: RequestContext; raw: Buffer } {
   const raw = Buffer.from(JSON.stringify(body));
   const parsed = parseJsonBody(raw);
   const ctx = new RequestContext({
@@ -37,7 +41,18 @@ describe('replace-media-urls with a big data: URL', () => {
         },
       },
     );
-    const body = { model: 'm', messages: [{ role: 'user', content: [{ type: 'text', text: 'see' }, { type: 'image_url', image_url: { url: uri } }] }] };
+    const body = {
+      model: 'm',
+      messages: [
+        {
+          role: 'user',
+          content: [
+            { type: 'text', text: 'see' },
+            { type: 'image_url', image_url: { url: uri } },
+          ],
+        },
+      ],
+    };
     const { ctx, raw } = contextFor(body);
 
     await step.execute(ctx);
@@ -66,7 +81,11 @@ describe('async-broker enqueue with a big body', () => {
   });
 
   it('queues the client body with the big string itself, never a placeholder', async () => {
-    const { step } = build({ redis_url: server.url(), wakeup_mode: 'poll', routes: [{ model: 'test-model', queue: 'big-queue', tier: 'interactive' }] });
+    const { step } = build({
+      redis_url: server.url(),
+      wakeup_mode: 'poll',
+      routes: [{ model: 'test-model', queue: 'big-queue', tier: 'interactive' }],
+    });
     const text = randomBytes(50_000).toString('base64');
     const body = { model: 'test-model', messages: [{ role: 'user', content: text }] };
     const { ctx } = contextFor(body, { 'x-ap-mode': 'enqueue', 'x-request-id': 'big-1' });

@@ -27,7 +27,13 @@ function handler(pipelineParams: StepParams, ...steps: Array<[string, StepParams
 }
 
 /** Runs one request; `chunks` > 0 hands the body over in chunks of that size, as Envoy streams it. */
-async function run(h: PipelineHandler, path: string, body: unknown, chunks = 0, headers: Record<string, string> = {}): Promise<{ raw: Buffer; decision: Decision }> {
+async function run(
+  h: PipelineHandler,
+  path: string,
+  body: unknown,
+  chunks = 0,
+  headers: Record<string, string> = {},
+): Promise<{ raw: Buffer; decision: Decision }> {
   const raw = Buffer.from(JSON.stringify(body));
   const exchange = h.begin({ method: 'POST', path, headers: { 'content-type': 'application/json', ...headers } })!;
   if (chunks <= 0) return { raw, decision: await exchange.complete(raw) };
@@ -99,7 +105,14 @@ describe.each([
     const uri = `data:image/png;base64,${bigText(50_000)}`;
     const text = bigText(40_000);
     renderService.respond = () => ({
-      body: { token_ids: [1, 9, 9, 2], features: { mm_hashes: { image: ['hash-a'] }, mm_placeholders: { image: [{ offset: 1, length: 2 }] }, kwargs_data: { image: ['KW'] } } },
+      body: {
+        token_ids: [1, 9, 9, 2],
+        features: {
+          mm_hashes: { image: ['hash-a'] },
+          mm_placeholders: { image: [{ offset: 1, length: 2 }] },
+          kwargs_data: { image: ['KW'] },
+        },
+      },
     });
     gateway.respond = (req) =>
       req.headers['epp-profile'] === 'encode'
@@ -115,7 +128,15 @@ describe.each([
     );
     const body = {
       model: 'm',
-      messages: [{ role: 'user', content: [{ type: 'text', text }, { type: 'image_url', image_url: { url: uri } }] }],
+      messages: [
+        {
+          role: 'user',
+          content: [
+            { type: 'text', text },
+            { type: 'image_url', image_url: { url: uri } },
+          ],
+        },
+      ],
       max_tokens: 5,
     };
     const { decision } = await run(h, '/v1/chat/completions', body, chunks);
@@ -153,7 +174,8 @@ describe.each([
 
   it('conditional-decode sends the big body on a miss, and the cascade still forwards it', async () => {
     const text = bigText(40_000);
-    gateway.respond = (req) => (req.headers['prefer'] === 'if-available' ? { status: 412, body: '' } : { body: { kv_transfer_params: { block: 'b1' } } });
+    gateway.respond = (req) =>
+      req.headers['prefer'] === 'if-available' ? { status: 412, body: '' } : { body: { kv_transfer_params: { block: 'b1' } } };
     const h = handler({ use_openai_format: true }, ['conditional-decode'], ['prefill'], ['decode']);
     const body = { model: 'm', messages: [{ role: 'user', content: text }] };
     const { decision } = await run(h, '/v1/chat/completions', body, chunks);
@@ -194,7 +216,10 @@ describe('big strings that steps read', () => {
   it('a big data: URL with a type that is not an image is still refused with a 400', async () => {
     const h = handler({}, ['replace-media-urls']);
     const uri = `data:text/html;base64,${bigText(40_000)}`;
-    const { decision } = await run(h, '/v1/chat/completions', { model: 'm', messages: [{ role: 'user', content: [{ type: 'image_url', image_url: { url: uri } }] }] });
+    const { decision } = await run(h, '/v1/chat/completions', {
+      model: 'm',
+      messages: [{ role: 'user', content: [{ type: 'image_url', image_url: { url: uri } }] }],
+    });
     expect(decision.kind).toBe('respond');
     if (decision.kind !== 'respond') return;
     expect(decision.status).toBe(400);
@@ -205,7 +230,10 @@ describe('big strings that steps read', () => {
   it('a big data: URL without a comma is refused with a 400, never downloaded', async () => {
     const h = handler({}, ['replace-media-urls']);
     const uri = `data:image/png;base64${bigText(40_000).replace(/,/g, '')}`;
-    const { decision } = await run(h, '/v1/chat/completions', { model: 'm', messages: [{ role: 'user', content: [{ type: 'image_url', image_url: { url: uri } }] }] });
+    const { decision } = await run(h, '/v1/chat/completions', {
+      model: 'm',
+      messages: [{ role: 'user', content: [{ type: 'image_url', image_url: { url: uri } }] }],
+    });
     expect(decision.kind === 'respond' && decision.status).toBe(400);
     expect(decision.kind === 'respond' && (decision.body as Buffer).toString()).toContain('missing comma in data URI');
   });

@@ -85,7 +85,10 @@ describe('config validation', () => {
 
   test('an explicit empty forward_headers forwards nothing; null takes the default', () => {
     expect(parseAsyncBrokerConfig({ redis_url: URL, forward_headers: [] }).forwardHeaders).toEqual([]);
-    expect(parseAsyncBrokerConfig({ redis_url: URL, forward_headers: null }).forwardHeaders).toEqual(['x-llm-d-slo-ttft-ms', 'x-llm-d-slo-tpot-ms']);
+    expect(parseAsyncBrokerConfig({ redis_url: URL, forward_headers: null }).forwardHeaders).toEqual([
+      'x-llm-d-slo-ttft-ms',
+      'x-llm-d-slo-tpot-ms',
+    ]);
   });
 
   test('fetch_grace_seconds 0 is kept (delete on delivery); window 0 means the default', () => {

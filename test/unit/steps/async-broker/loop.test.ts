@@ -56,8 +56,16 @@ afterAll(async () => {
   await Promise.all([redisNotify.destroy(), redisQuiet.destroy()]);
 });
 
-function processor(server: RedisServer = redisNotify, queue = 'request-sortedset', extra: { resultTtlSeconds?: number } = {}): TestAsyncProcessor {
-  const ap = new TestAsyncProcessor({ redisUrl: server.url(), queues: [{ queueName: queue, igwBaseUrl: modelUrl, ...extra }], pollIntervalMs: 25 });
+function processor(
+  server: RedisServer = redisNotify,
+  queue = 'request-sortedset',
+  extra: { resultTtlSeconds?: number } = {},
+): TestAsyncProcessor {
+  const ap = new TestAsyncProcessor({
+    redisUrl: server.url(),
+    queues: [{ queueName: queue, igwBaseUrl: modelUrl, ...extra }],
+    pollIntervalMs: 25,
+  });
   aps.push(ap);
   return ap;
 }
@@ -109,7 +117,12 @@ test('wait wakes on the keyspace notification (auto probe selects notify)', asyn
   const interval = jest.spyOn(Wakeup.prototype, 'pollIntervalMs').mockReturnValue(60_000);
   try {
     const pending = respond(step, post('wait', 'wake-1').ctx);
-    await waitUntil(async () => ((await redis.pubsub('NUMSUB', '__keyspace@0__:results:req:acme:wake-1')) as [string, number])[1] === 1, 'the hold to subscribe', 5000, 10);
+    await waitUntil(
+      async () => ((await redis.pubsub('NUMSUB', '__keyspace@0__:results:req:acme:wake-1')) as [string, number])[1] === 1,
+      'the hold to subscribe',
+      5000,
+      10,
+    );
     await processor().runOnce();
     let timer: NodeJS.Timeout | undefined;
     const r = await Promise.race([pending, new Promise<null>((resolve) => (timer = setTimeout(() => resolve(null), 10_000)))]);
@@ -131,7 +144,12 @@ test('the channel carries the DB index from redis_url', async () => {
   try {
     const { step } = build({ redis_url: redisNotify.url(2), wakeup_mode: 'notify' });
     const pending = respond(step, post('wait', 'db-2').ctx);
-    await waitUntil(async () => ((await redis.pubsub('NUMSUB', '__keyspace@2__:results:req:acme:db-2')) as [string, number])[1] === 1, 'the hold to subscribe', 5000, 10);
+    await waitUntil(
+      async () => ((await redis.pubsub('NUMSUB', '__keyspace@2__:results:req:acme:db-2')) as [string, number])[1] === 1,
+      'the hold to subscribe',
+      5000,
+      10,
+    );
     await db2.lpush('results:req:acme:db-2', JSON.stringify({ id: 'acme:db-2', status_code: 200, payload: 'two' }));
     expect(text(await pending)).toBe('two');
   } finally {
@@ -241,7 +259,11 @@ test('a deadline passed while queued: no dispatch, no result, GET -> 410 (A2)', 
 });
 
 test('routed queues: the processor of that queue serves it', async () => {
-  const { step, routes } = build({ redis_url: redisNotify.url(), wakeup_mode: 'poll', routes: [{ model: 'm', tenant: 'acme', queue: 'acme-queue' }] });
+  const { step, routes } = build({
+    redis_url: redisNotify.url(),
+    wakeup_mode: 'poll',
+    routes: [{ model: 'm', tenant: 'acme', queue: 'acme-queue' }],
+  });
   await respond(step, post('enqueue', 'routed-1').ctx);
   expect(await redis.zcard('acme-queue')).toBe(1);
   await processor(redisNotify, 'acme-queue').runOnce();

@@ -8,7 +8,8 @@ const db = useRedis();
 
 const CHAT = { model: 'm', messages: [{ role: 'user', content: 'hi' }] };
 const params = () => ({ redis_url: db.server.url(), wakeup_mode: 'poll' });
-const post = (mode: string, id?: string) => request({ headers: { 'x-ap-mode': mode, 'x-team': 'acme', ...(id ? { 'x-request-id': id } : {}) }, body: CHAT });
+const post = (mode: string, id?: string) =>
+  request({ headers: { 'x-ap-mode': mode, 'x-team': 'acme', ...(id ? { 'x-request-id': id } : {}) }, body: CHAT });
 
 async function members(): Promise<Array<{ internal: { request_token: string } }>> {
   return (await db.redis.zrange('request-sortedset', 0, -1)).map((m) => JSON.parse(m));
@@ -37,7 +38,10 @@ test('a cancelled copy that is still queued is revived', async () => {
 
 test('a cancellation tombstone runs fresh: mailbox cleared, a new generation queued', async () => {
   const { step, routes } = build(params());
-  await db.redis.lpush('results:req:acme:job-3', JSON.stringify({ id: 'acme:job-3', payload: '{"error":"cancelled"}', error_code: 'CANCELLED', error_message: 'cancelled' }));
+  await db.redis.lpush(
+    'results:req:acme:job-3',
+    JSON.stringify({ id: 'acme:job-3', payload: '{"error":"cancelled"}', error_code: 'CANCELLED', error_message: 'cancelled' }),
+  );
   expect((await respond(step, post('enqueue', 'job-3').ctx)).status).toBe(202);
   expect(await db.redis.exists('results:req:acme:job-3')).toBe(0);
   const [m] = await members();

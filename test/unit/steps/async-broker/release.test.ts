@@ -31,7 +31,11 @@ test('a limited tenant sending requests one after another is reserved every time
   const body = Buffer.from(JSON.stringify({ model: 'test-model', messages: [{ role: 'user', content: 'hi' }] }));
   const seen: string[] = [];
   for (let i = 0; i < 3; i++) {
-    const ex = handler.begin({ method: 'POST', path: '/v1/chat/completions', headers: { 'x-ap-mode': 'passthrough', 'x-team': 'limited-team' } })!;
+    const ex = handler.begin({
+      method: 'POST',
+      path: '/v1/chat/completions',
+      headers: { 'x-ap-mode': 'passthrough', 'x-team': 'limited-team' },
+    })!;
     const d = (await ex.complete(body)) as ForwardDecision;
     seen.push(d.setHeaders['x-llm-d-inference-objective']!);
     // The release is a Redis call of its own; give it a moment before the next request.

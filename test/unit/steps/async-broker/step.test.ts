@@ -110,7 +110,11 @@ describe('enqueue (TestAsyncBrokerEnqueue)', () => {
     expect(r.status).toBe(202);
     expect(json(r)).toEqual({ id: ctx.requestId, status: 'pending' });
     const [member] = await db.redis.zrange('request-sortedset', 0, -1);
-    expect(JSON.parse(member!).data).toMatchObject({ id: `default:${ctx.requestId}`, endpoint: '/v1/completions', metadata: { userid: 'default' } });
+    expect(JSON.parse(member!).data).toMatchObject({
+      id: `default:${ctx.requestId}`,
+      endpoint: '/v1/completions',
+      metadata: { userid: 'default' },
+    });
     expect(await db.redis.exists(`request-active:default:${ctx.requestId}`)).toBe(1);
   });
 
@@ -127,7 +131,10 @@ describe('enqueue (TestAsyncBrokerEnqueue)', () => {
 describe('wait', () => {
   test('delivers a result already in the mailbox, then deletes it (TestAsyncBrokerWaitDeliversResult)', async () => {
     const { step } = build(base());
-    await db.redis.lpush('results:req:default:req-test-1', JSON.stringify({ id: 'default:req-test-1', status_code: 200, payload: '{"object":"chat.completion"}' }));
+    await db.redis.lpush(
+      'results:req:default:req-test-1',
+      JSON.stringify({ id: 'default:req-test-1', status_code: 200, payload: '{"object":"chat.completion"}' }),
+    );
     const r = await respond(step, request({ headers: { 'X-AP-Mode': 'wait', 'x-request-id': 'req-test-1' }, body: CHAT }).ctx);
     expect(r.status).toBe(200);
     expect(r.headers).toEqual({ 'content-type': 'application/json', 'x-request-id': 'req-test-1' });
@@ -196,11 +203,19 @@ describe('wait', () => {
 describe('passthrough (TestAsyncBrokerPassthroughStampsAndClassifies)', () => {
   test('reserved, overflow while the slot is held, reserved again after release; unlimited tenants always reserved', async () => {
     const { step } = build(base());
-    const spoof = { 'X-AP-Mode': 'passthrough', 'X-Team': 'limited-team', 'x-llm-d-inference-objective': 'self-assigned', 'x-llm-d-inference-fairness-id': 'spoofed' };
+    const spoof = {
+      'X-AP-Mode': 'passthrough',
+      'X-Team': 'limited-team',
+      'x-llm-d-inference-objective': 'self-assigned',
+      'x-llm-d-inference-fairness-id': 'spoofed',
+    };
 
     const first = request({ headers: spoof, body: CHAT });
     expect(await step.execute(first.ctx)).toBeUndefined();
-    expect(first.ctx.stampedHeaders()).toMatchObject({ 'x-llm-d-inference-objective': 'interactive-reserved', 'x-llm-d-inference-fairness-id': 'limited-team' });
+    expect(first.ctx.stampedHeaders()).toMatchObject({
+      'x-llm-d-inference-objective': 'interactive-reserved',
+      'x-llm-d-inference-fairness-id': 'limited-team',
+    });
     expect(first.ctx.forwardedHeaders()['x-llm-d-inference-objective']).toBe('interactive-reserved');
     expect(await db.redis.get('quota:userid:limited-team')).toBe('1');
 
@@ -222,7 +237,10 @@ describe('passthrough (TestAsyncBrokerPassthroughStampsAndClassifies)', () => {
 
     const free = request({ headers: { 'X-AP-Mode': 'passthrough', 'X-Team': 'team-free' }, body: CHAT });
     await step.execute(free.ctx);
-    expect(free.ctx.stampedHeaders()).toEqual({ 'x-llm-d-inference-objective': 'interactive-reserved', 'x-llm-d-inference-fairness-id': 'team-free' });
+    expect(free.ctx.stampedHeaders()).toEqual({
+      'x-llm-d-inference-objective': 'interactive-reserved',
+      'x-llm-d-inference-fairness-id': 'team-free',
+    });
     expect(await db.redis.exists('quota:userid:team-free')).toBe(0);
   });
 
@@ -238,7 +256,11 @@ describe('passthrough (TestAsyncBrokerPassthroughStampsAndClassifies)', () => {
     const { step } = build({ ...base(), quota: { limits: { acme: 2 } } });
     const reqs = [1, 2, 3].map(() => request({ headers: { 'X-AP-Mode': 'passthrough', 'X-Team': 'acme' }, body: CHAT }));
     for (const r of reqs) await step.execute(r.ctx);
-    expect(reqs.map((r) => r.ctx.headers['x-llm-d-inference-objective'])).toEqual(['interactive-reserved', 'interactive-reserved', 'interactive-overflow']);
+    expect(reqs.map((r) => r.ctx.headers['x-llm-d-inference-objective'])).toEqual([
+      'interactive-reserved',
+      'interactive-reserved',
+      'interactive-overflow',
+    ]);
   });
 
   test('a tier without objectives clears a client objective; deprecated aliases are cleared too', async () => {
@@ -264,7 +286,10 @@ describe('passthrough (TestAsyncBrokerPassthroughStampsAndClassifies)', () => {
 
 describe('routes (TestAsyncBrokerRoutes, TestAsyncBrokerFetchGraceConfig)', () => {
   test('GET /v1/models lists the routed models', async () => {
-    const { routes } = build({ ...base(), routes: [{ model: 'test-model', queue: 'q' }, { queue: 'catch-all' }, { model: 'test-model', tenant: 't' }, { model: 'm2' }] });
+    const { routes } = build({
+      ...base(),
+      routes: [{ model: 'test-model', queue: 'q' }, { queue: 'catch-all' }, { model: 'test-model', tenant: 't' }, { model: 'm2' }],
+    });
     const r = await route(routes, 'GET', '/v1/models');
     expect(r.status).toBe(200);
     expect(text(r)).toBe(
@@ -276,7 +301,9 @@ describe('routes (TestAsyncBrokerRoutes, TestAsyncBrokerFetchGraceConfig)', () =
     const { routes } = build(base());
     const r = await route(routes, 'GET', '/v1/requests/nope', { 'X-Team': 'team-a' });
     expect(r.status).toBe(410);
-    expect(text(r)).toBe('{"error":{"message":"request id is unknown, expired, or already deleted","type":"invalid_request_error","code":"UNKNOWN_REQUEST"}}\n');
+    expect(text(r)).toBe(
+      '{"error":{"message":"request id is unknown, expired, or already deleted","type":"invalid_request_error","code":"UNKNOWN_REQUEST"}}\n',
+    );
   });
 
   test('pending -> 202 for the owner, 410 for another tenant', async () => {
@@ -291,7 +318,10 @@ describe('routes (TestAsyncBrokerRoutes, TestAsyncBrokerFetchGraceConfig)', () =
 
   test('a stored result -> 200 verbatim, TTL shrunk to the grace; another tenant -> 410', async () => {
     const { routes } = build(base());
-    await db.redis.lpush('results:req:team-a:ready-id', JSON.stringify({ id: 'team-a:ready-id', status_code: 200, payload: '{"object":"chat.completion","x":"<b>"}' }));
+    await db.redis.lpush(
+      'results:req:team-a:ready-id',
+      JSON.stringify({ id: 'team-a:ready-id', status_code: 200, payload: '{"object":"chat.completion","x":"<b>"}' }),
+    );
     await db.redis.expire('results:req:team-a:ready-id', 3600);
     expect((await route(routes, 'GET', '/v1/requests/ready-id', { 'X-Team': 'team-b' })).status).toBe(410);
     const r = await route(routes, 'GET', '/v1/requests/ready-id', { 'X-Team': 'team-a' });
@@ -327,13 +357,43 @@ describe('routes (TestAsyncBrokerRoutes, TestAsyncBrokerFetchGraceConfig)', () =
   });
 
   test.each<[string, Record<string, unknown>, number, Record<string, string> | null]>([
-    ['DEADLINE_EXCEEDED', { error_code: 'DEADLINE_EXCEEDED', error_message: 'deadline exceeded', payload: '{"error":"deadline exceeded"}' }, 504, { message: 'deadline exceeded', type: 'timeout_error', code: 'DEADLINE_EXCEEDED' }],
-    ['GATE_DROPPED', { error_code: 'GATE_DROPPED', error_message: 'dropped' }, 429, { message: 'dropped', type: 'rate_limit_error', code: 'GATE_DROPPED' }],
-    ['INVALID_REQUEST', { error_code: 'INVALID_REQUEST', error_message: 'bad' }, 400, { message: 'bad', type: 'invalid_request_error', code: 'INVALID_REQUEST' }],
-    ['CANCELLED', { error_code: 'CANCELLED', error_message: 'cancelled' }, 499, { message: 'cancelled', type: 'cancelled', code: 'CANCELLED' }],
-    ['INFERENCE_ERROR', { error_code: 'INFERENCE_ERROR', error_message: 'Failed to send' }, 502, { message: 'Failed to send', type: 'api_error', code: 'INFERENCE_ERROR' }],
+    [
+      'DEADLINE_EXCEEDED',
+      { error_code: 'DEADLINE_EXCEEDED', error_message: 'deadline exceeded', payload: '{"error":"deadline exceeded"}' },
+      504,
+      { message: 'deadline exceeded', type: 'timeout_error', code: 'DEADLINE_EXCEEDED' },
+    ],
+    [
+      'GATE_DROPPED',
+      { error_code: 'GATE_DROPPED', error_message: 'dropped' },
+      429,
+      { message: 'dropped', type: 'rate_limit_error', code: 'GATE_DROPPED' },
+    ],
+    [
+      'INVALID_REQUEST',
+      { error_code: 'INVALID_REQUEST', error_message: 'bad' },
+      400,
+      { message: 'bad', type: 'invalid_request_error', code: 'INVALID_REQUEST' },
+    ],
+    [
+      'CANCELLED',
+      { error_code: 'CANCELLED', error_message: 'cancelled' },
+      499,
+      { message: 'cancelled', type: 'cancelled', code: 'CANCELLED' },
+    ],
+    [
+      'INFERENCE_ERROR',
+      { error_code: 'INFERENCE_ERROR', error_message: 'Failed to send' },
+      502,
+      { message: 'Failed to send', type: 'api_error', code: 'INFERENCE_ERROR' },
+    ],
     ['tier-priority drop (A7)', { payload: '{"error": "Too Many Requests", "code": 429}' }, 502, { message: '', type: 'api_error' }],
-    ['status out of range', { status_code: 999, payload: 'x' }, 502, { message: 'stored result carries invalid status code 999', type: 'api_error', code: 'MALFORMED_RESULT' }],
+    [
+      'status out of range',
+      { status_code: 999, payload: 'x' },
+      502,
+      { message: 'stored result carries invalid status code 999', type: 'api_error', code: 'MALFORMED_RESULT' },
+    ],
     ['a stored 503 is mirrored', { status_code: 503, payload: 'busy' }, 503, null],
   ])('stored %s', async (_label, stored, status, error) => {
     const { routes } = build(base());
@@ -381,7 +441,13 @@ describe('routes (TestAsyncBrokerRoutes, TestAsyncBrokerFetchGraceConfig)', () =
     const { routes } = build(base());
     const r = await route(routes, method, path);
     expect(r.status).toBe(400);
-    expect(json(r)).toEqual({ error: { message: 'request id must be 1-128 alphanumeric or dash characters', type: 'invalid_request_error', code: 'INVALID_REQUEST' } });
+    expect(json(r)).toEqual({
+      error: {
+        message: 'request id must be 1-128 alphanumeric or dash characters',
+        type: 'invalid_request_error',
+        code: 'INVALID_REQUEST',
+      },
+    });
   });
 
   test('a tenant with ":" -> 400 on GET and DELETE', async () => {

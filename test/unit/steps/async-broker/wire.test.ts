@@ -69,7 +69,14 @@ describe('envelope', () => {
   test('an enqueue writes exactly the three keys, with the reference TTLs, score and token', async () => {
     const { step } = build({ redis_url: db.server.url(), wakeup_mode: 'poll', default_queue: 'team-a-queue' });
     const { ctx } = request({
-      headers: { 'x-request-id': 'job-4217', 'x-ap-mode': 'enqueue', 'x-team': 'acme', 'x-request-timeout-seconds': '60', traceparent: '00-abc-01', 'x-llm-d-slo-tpot-ms': '50' },
+      headers: {
+        'x-request-id': 'job-4217',
+        'x-ap-mode': 'enqueue',
+        'x-team': 'acme',
+        'x-request-timeout-seconds': '60',
+        traceparent: '00-abc-01',
+        'x-llm-d-slo-tpot-ms': '50',
+      },
       body: CHAT,
     });
     const now = Date.now();
@@ -82,9 +89,23 @@ describe('envelope', () => {
     const env = JSON.parse(member!);
     expect(Object.keys(env)).toEqual(['internal', 'request_kind', 'data']);
     expect(Object.keys(env.internal)).toEqual(['request_token', 'request_queue_name', 'result_queue_name']);
-    expect(Object.keys(env.data)).toEqual(['id', 'created', 'deadline', 'payload', 'metadata', 'headers', 'endpoint', 'request_queue_name', 'result_queue_name']);
+    expect(Object.keys(env.data)).toEqual([
+      'id',
+      'created',
+      'deadline',
+      'payload',
+      'metadata',
+      'headers',
+      'endpoint',
+      'request_queue_name',
+      'result_queue_name',
+    ]);
     expect(env.request_kind).toBe('redis');
-    expect(env.internal).toEqual({ request_token: expect.stringMatching(/^[0-9a-f]{32}$/), request_queue_name: 'team-a-queue', result_queue_name: 'results:req:acme:job-4217' });
+    expect(env.internal).toEqual({
+      request_token: expect.stringMatching(/^[0-9a-f]{32}$/),
+      request_queue_name: 'team-a-queue',
+      result_queue_name: 'results:req:acme:job-4217',
+    });
     expect(env.data).toMatchObject({
       id: 'acme:job-4217',
       payload: CHAT,
@@ -149,7 +170,9 @@ describe('submit transaction', () => {
     const r = await respond(step, request({ headers: { 'x-ap-mode': 'enqueue', 'x-request-id': 'half-1' }, body: CHAT }).ctx);
     expect(r.status).toBe(503);
     expect(r.headers['x-request-id']).toBe('half-1');
-    expect(JSON.parse((r.body as Buffer).toString())).toEqual({ error: { message: 'failed to enqueue request', type: 'api_error', code: 'ENQUEUE_FAILED' } });
+    expect(JSON.parse((r.body as Buffer).toString())).toEqual({
+      error: { message: 'failed to enqueue request', type: 'api_error', code: 'ENQUEUE_FAILED' },
+    });
     expect(await db.redis.exists('request-active:default:half-1')).toBe(0);
   });
 });
@@ -210,7 +233,9 @@ describe('Lua scripts', () => {
 
 describe('step-written bodies', () => {
   test('Go encoder bytes: HTML-safe escaping and a trailing newline', () => {
-    expect(goEncode({ error: { message: 'a<b>&c\u2028', type: 'x' } }).toString()).toBe('{"error":{"message":"a\\u003cb\\u003e\\u0026c\\u2028","type":"x"}}\n');
+    expect(goEncode({ error: { message: 'a<b>&c\u2028', type: 'x' } }).toString()).toBe(
+      '{"error":{"message":"a\\u003cb\\u003e\\u0026c\\u2028","type":"x"}}\n',
+    );
   });
 });
 

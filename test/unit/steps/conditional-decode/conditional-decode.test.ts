@@ -44,7 +44,13 @@ describe('conditional-decode: hit', () => {
     };
     const ctx = makeCtx({
       body: { model: 'm', messages: [{ role: 'user', content: 'hi' }] },
-      headers: { authorization: 'Bearer t', 'epp-profile': 'prefill', 'content-length': '99', prefer: 'respond-async', 'x-request-id': 'client-id' },
+      headers: {
+        authorization: 'Bearer t',
+        'epp-profile': 'prefill',
+        'content-length': '99',
+        prefer: 'respond-async',
+        'x-request-id': 'client-id',
+      },
       requestId: 'rid-1',
       tokenIds: [1, 2, 3],
     });
@@ -159,9 +165,9 @@ describe('conditional-decode: miss and errors', () => {
       const s = createConditionalDecodeStep({}, dead.deps);
       await expect(s.execute(makeCtx())).rejects.toBeInstanceOf(TransportError);
       const handler = new PipelineHandler({ steps: [s], maxBodyBytes: 1024, log: silentLogger() });
-      const d = (await handler.begin({ method: 'POST', path: '/v1/chat/completions', headers: { 'x-request-id': 'x-9' } })!.complete(
-        Buffer.from('{}'),
-      )) as RespondDecision;
+      const d = (await handler
+        .begin({ method: 'POST', path: '/v1/chat/completions', headers: { 'x-request-id': 'x-9' } })!
+        .complete(Buffer.from('{}'))) as RespondDecision;
       expect(d.status).toBe(502);
       expect(d.headers['content-type']).toBe('application/json');
       expect(JSON.parse((d.body as Buffer).toString()).error).toMatchObject({ type: 'api_error', code: 502 });
@@ -178,7 +184,9 @@ describe('conditional-decode: miss and errors', () => {
       if (!res.destroyed) res.writeHead(200).end('{}');
     };
     try {
-      const err = await createConditionalDecodeStep({}, slow.deps).execute(makeCtx()).catch((e: unknown) => e);
+      const err = await createConditionalDecodeStep({}, slow.deps)
+        .execute(makeCtx())
+        .catch((e: unknown) => e);
       expect(err).toBeInstanceOf(TransportError);
       expect((err as TransportError).timedOut).toBe(true);
     } finally {

@@ -45,7 +45,9 @@ describe('simulator prefix gate (honourPreferIfAvailable)', () => {
     await (await postJson(`${sim.url}/v1/chat/completions`, chat('one two three four'))).text();
     expect((await postJson(`${sim.url}/v1/chat/completions`, chat('one two something else'), IF_AVAILABLE)).status).toBe(200);
     expect((await postJson(`${sim.url}/v1/chat/completions`, chat('zero two three four'), IF_AVAILABLE)).status).toBe(412);
-    expect((await postJson(`${sim.url}/v1/chat/completions`, chat('one two three four', { model: 'other' }), IF_AVAILABLE)).status).toBe(412);
+    expect((await postJson(`${sim.url}/v1/chat/completions`, chat('one two three four', { model: 'other' }), IF_AVAILABLE)).status).toBe(
+      412,
+    );
   });
 
   it('rendered token ids and the text they came from name the same prefix', async () => {

@@ -10,7 +10,7 @@ export interface SeenRequest {
   readonly method: string;
   readonly path: string;
   readonly headers: Record<string, string>;
-  readonly json: any;  
+  readonly json: any;
   /** Resolves when the client closed the connection before the answer was complete. */
   readonly closedEarly: Promise<void>;
 }

@@ -48,14 +48,19 @@ describe('decode force_stream', () => {
         { choices: [], usage: { completion_tokens: 7 } },
       ]),
     });
-    const ctx = makeCtx({ body: { model: 'm', messages: [], max_tokens: 10, stream_options: { continuous_usage_stats: true } }, tokenIds: [1, 2] });
+    const ctx = makeCtx({
+      body: { model: 'm', messages: [], max_tokens: 10, stream_options: { continuous_usage_stats: true } },
+      tokenIds: [1, 2],
+    });
     const res = respond(await decode().execute(ctx));
     expect(gateway.seen[0]!.json).toMatchObject({ stream: true, stream_options: { continuous_usage_stats: true, include_usage: true } });
     expect(gateway.seen[0]!.headers['epp-profile']).toBe('decode');
     expect(ctx.body['stream']).toBeUndefined();
     expect(res.status).toBe(200);
     expect(JSON.parse(await bodyText(res))).toEqual({
-      id: 'c1', model: 'm', object: 'chat.completion',
+      id: 'c1',
+      model: 'm',
+      object: 'chat.completion',
       choices: [{ index: 0, logprobs: null, finish_reason: 'stop', message: { role: 'assistant', content: 'Hello world' } }],
       usage: { completion_tokens: 7 },
     });
@@ -70,12 +75,15 @@ describe('decode force_stream', () => {
     expect(results).toEqual([]);
   });
 
-  it.each([{ tools: [{ type: 'function' }] }, { functions: [{}] }, { logprobs: true }, { logprobs: 0 }])('lossy %j passes through (fallback_unsupported)', async (extra) => {
-    const ctx = makeCtx({ body: { model: 'm', ...extra }, tokenIds: [1] });
-    expect(await decode().execute(ctx)).toBeUndefined();
-    expect(gateway.seen).toHaveLength(0);
-    expect(results).toEqual(['fallback_unsupported']);
-  });
+  it.each([{ tools: [{ type: 'function' }] }, { functions: [{}] }, { logprobs: true }, { logprobs: 0 }])(
+    'lossy %j passes through (fallback_unsupported)',
+    async (extra) => {
+      const ctx = makeCtx({ body: { model: 'm', ...extra }, tokenIds: [1] });
+      expect(await decode().execute(ctx)).toBeUndefined();
+      expect(gateway.seen).toHaveLength(0);
+      expect(results).toEqual(['fallback_unsupported']);
+    },
+  );
 
   it('generate: buffered, reserved and released', async () => {
     gateway.respond = () => ({
@@ -90,7 +98,9 @@ describe('decode force_stream', () => {
     expect(gateway.seen[0]!.json).not.toHaveProperty('stream_options');
     expect(res.headers['content-length']).toBe(String((res.body as Buffer).length));
     expect(JSON.parse(await bodyText(res))).toEqual({
-      request_id: 'g1', prompt_logprobs: null, kv_transfer_params: null,
+      request_id: 'g1',
+      prompt_logprobs: null,
+      kv_transfer_params: null,
       choices: [{ index: 0, logprobs: null, finish_reason: 'length', token_ids: [1, 2, 3, 4] }],
     });
     expect(results).toEqual(['forced']);
@@ -122,7 +132,9 @@ describe('decode force_stream', () => {
     await dead.stop();
     const client = new PooledSideCallClient(url, { maxIdleConns: 1, idleTimeoutMs: 100 });
     try {
-      await expect(decode({}, deps({ gateway: client })).execute(makeCtx({ body: { model: 'm' }, tokenIds: [1] }))).rejects.toBeInstanceOf(TransportError);
+      await expect(decode({}, deps({ gateway: client })).execute(makeCtx({ body: { model: 'm' }, tokenIds: [1] }))).rejects.toBeInstanceOf(
+        TransportError,
+      );
     } finally {
       await client.close();
     }
@@ -138,7 +150,10 @@ describe('decode force_stream', () => {
   });
 
   it('ceiling: one SSE line longer than the reservation aborts too', async () => {
-    gateway.respond = () => ({ headers: SSE_HEADERS, body: sse([{ choices: [{ index: 0, token_ids: Array.from({ length: 3000 }, () => 1234) }] }]) });
+    gateway.respond = () => ({
+      headers: SSE_HEADERS,
+      body: sse([{ choices: [{ index: 0, token_ids: Array.from({ length: 3000 }, () => 1234) }] }]),
+    });
     const ctx = makeCtx({ path: '/inference/v1/generate', body: { model: 'm', sampling_params: { max_tokens: 10 } } });
     await expect(decode().execute(ctx)).rejects.toThrow(/SSE line exceeds 2464 bytes/);
     expect(results).toEqual(['error_ceiling']);
@@ -169,7 +184,9 @@ describe('decode force_stream', () => {
       return { headers: SSE_HEADERS, body: sse([{ request_id: 'x', choices: [{ index: 0, token_ids: [1] }] }]) };
     };
     const abort = new AbortController();
-    const pending = decode().execute(makeCtx({ path: '/inference/v1/generate', body: { model: 'm', sampling_params: { max_tokens: 4 } }, signal: abort.signal }));
+    const pending = decode().execute(
+      makeCtx({ path: '/inference/v1/generate', body: { model: 'm', sampling_params: { max_tokens: 4 } }, signal: abort.signal }),
+    );
     setTimeout(() => abort.abort(), 30);
     await expect(pending).rejects.toBeInstanceOf(CancelledError);
     expect(results).toEqual([]);
@@ -183,7 +200,9 @@ describe('decode force_stream', () => {
     };
     const step = decode({ force_stream_buffer_size: '5000', force_stream_max_request_size: '5000' });
     const outcomes = await Promise.all(
-      Array.from({ length: 50 }, () => step.execute(makeCtx({ path: '/inference/v1/generate', body: { model: 'm', sampling_params: { max_tokens: 10 } } }))),
+      Array.from({ length: 50 }, () =>
+        step.execute(makeCtx({ path: '/inference/v1/generate', body: { model: 'm', sampling_params: { max_tokens: 10 } } })),
+      ),
     );
     const forced = results.filter((r) => r === 'forced').length;
     const fallback = results.filter((r) => r === 'fallback_budget').length;

@@ -10,13 +10,27 @@ function decode(params: StepParams = {}) {
   return createDecodeStep({ use_openai_format: true, ...params }, up.td.deps);
 }
 
-const prefillKv = { do_remote_decode: true, do_remote_prefill: false, remote_engine_id: 'e1', remote_block_ids: [[1]], remote_host: '10.0.0.9', remote_port: 5557, tp_size: 2 };
+const prefillKv = {
+  do_remote_decode: true,
+  do_remote_prefill: false,
+  remote_engine_id: 'e1',
+  remote_block_ids: [[1]],
+  remote_host: '10.0.0.9',
+  remote_port: 5557,
+  tp_size: 2,
+};
 
 describe('decode: chat', () => {
   it('rewrites the client body in place and leaves the forward headers; no call is made', async () => {
     const body = chatBodyWithImages(1, { stream: false, max_tokens: 50, min_tokens: 3 });
     const image = (body['messages'] as any)[0].content[1];
-    const ctx = makeCtx({ body, requestId: 'rid-9', tokenIds: [1, 2, 3, 4, 5], entries: [entry(0, 'hash-a', 1, 3)], kvTransferParams: prefillKv });
+    const ctx = makeCtx({
+      body,
+      requestId: 'rid-9',
+      tokenIds: [1, 2, 3, 4, 5],
+      entries: [entry(0, 'hash-a', 1, 3)],
+      kvTransferParams: prefillKv,
+    });
     await decode({ kv_connector: 'kv-nixl' }).execute(ctx);
 
     expect(ctx.body).toBe(body);
@@ -64,7 +78,13 @@ describe('decode: chat', () => {
         'not-an-object',
         { role: 'system', content: 'text only' },
         { role: 'user', content: [{ type: 'image_url', image_url: { url: 'a' }, uuid: 'client-1' }, 'junk', { type: 'text', text: 't' }] },
-        { role: 'user', content: [{ type: 'image_url', image_url: { url: 'b' } }, { type: 'image_url', image_url: { url: 'c' }, uuid: 'keep' }] },
+        {
+          role: 'user',
+          content: [
+            { type: 'image_url', image_url: { url: 'b' } },
+            { type: 'image_url', image_url: { url: 'c' }, uuid: 'keep' },
+          ],
+        },
       ],
     };
     const ctx = makeCtx({ body, entries: [entry(0, 'h0', 0, 1), entry(1, 'h1', 1, 1)] });
@@ -104,7 +124,12 @@ describe('decode: completions', () => {
   it('passes the prompt through when nothing was rendered', async () => {
     const ctx = makeCtx({ path: '/v1/completions', body: { model: 'm', prompt: 'Hello', max_tokens: 7 } });
     await decode().execute(ctx);
-    expect(ctx.body).toEqual({ model: 'm', prompt: 'Hello', max_tokens: 7, kv_transfer_params: { do_remote_decode: false, do_remote_prefill: true } });
+    expect(ctx.body).toEqual({
+      model: 'm',
+      prompt: 'Hello',
+      max_tokens: 7,
+      kv_transfer_params: { do_remote_decode: false, do_remote_prefill: true },
+    });
   });
 
   it('sends the rendered ids as prompt, with top-level kv; use_openai_format does not matter', async () => {
@@ -131,7 +156,10 @@ describe('decode: generate', () => {
       model: 'm',
       token_ids: [1, 2, 3],
       features: { mm_hashes: { image: ['h'] }, mm_placeholders: { image: [{ offset: 0, length: 1 }] }, kwargs_data: { image: ['KW'] } },
-      sampling_params: { max_tokens: 50, extra_args: { client: 1, kv_transfer_params: { block_id: 42, do_remote_decode: false, do_remote_prefill: true } } },
+      sampling_params: {
+        max_tokens: 50,
+        extra_args: { client: 1, kv_transfer_params: { block_id: 42, do_remote_decode: false, do_remote_prefill: true } },
+      },
       stream: true,
     });
   });
@@ -139,10 +167,14 @@ describe('decode: generate', () => {
   it('replaces sampling_params or extra_args that are not objects', async () => {
     const ctx = makeCtx({ path: '/inference/v1/generate', body: { token_ids: [1], sampling_params: 'greedy' } });
     await decode().execute(ctx);
-    expect(ctx.body['sampling_params']).toEqual({ extra_args: { kv_transfer_params: { do_remote_decode: false, do_remote_prefill: true } } });
+    expect(ctx.body['sampling_params']).toEqual({
+      extra_args: { kv_transfer_params: { do_remote_decode: false, do_remote_prefill: true } },
+    });
     const ctx2 = makeCtx({ path: '/inference/v1/generate', body: { token_ids: [1], sampling_params: { extra_args: [1] } } });
     await decode().execute(ctx2);
-    expect(ctx2.body['sampling_params']).toEqual({ extra_args: { kv_transfer_params: { do_remote_decode: false, do_remote_prefill: true } } });
+    expect(ctx2.body['sampling_params']).toEqual({
+      extra_args: { kv_transfer_params: { do_remote_decode: false, do_remote_prefill: true } },
+    });
   });
 });
 
@@ -158,7 +190,13 @@ describe('decode: a client never sets transfer params (hardening)', () => {
       sampling_params: { temperature: 0.5, extra_args: { ec_transfer_params: spoofEc, keep: 1 } },
     });
     // The coordinator's own EC params (from encode) belong to prefill; decode gets none (§3.6).
-    const ctx = makeCtx({ body, tokenIds: [1, 2], entries: [entry(0, 'hash-a', 1, 1)], kvTransferParams: prefillKv, ecTransferParams: [{ 'hash-a': { peer_host: 'enc' } }] });
+    const ctx = makeCtx({
+      body,
+      tokenIds: [1, 2],
+      entries: [entry(0, 'hash-a', 1, 1)],
+      kvTransferParams: prefillKv,
+      ecTransferParams: [{ 'hash-a': { peer_host: 'enc' } }],
+    });
     await decode({ kv_connector: 'kv-nixl' }).execute(ctx);
     expect(JSON.stringify(ctx.body)).not.toContain('ec_transfer_params');
     expect(JSON.stringify(ctx.body)).not.toContain('6.6.6.6');
@@ -175,20 +213,26 @@ describe('decode: a client never sets transfer params (hardening)', () => {
   it.each([
     ['/inference/v1/generate', true],
     ['/v1/chat/completions', false],
-  ])('generate shape (%s, use_openai_format=%s): drops client transfer params at the top level and in extra_args, keeps the rest', async (path, use_openai_format) => {
-    const body = {
-      token_ids: [1],
-      ec_transfer_params: spoofEc,
-      kv_transfer_params: spoofKv,
-      sampling_params: { max_tokens: 9, extra_args: { ec_transfer_params: spoofEc, kv_transfer_params: spoofKv, keep: 1 } },
-    };
-    const ctx = makeCtx({ path, body, tokenIds: [1], ecTransferParams: [{ 'hash-a': { peer_host: 'enc' } }] });
-    await decode({ use_openai_format }).execute(ctx);
-    expect(ctx.body).toEqual({
-      token_ids: [1],
-      sampling_params: { max_tokens: 9, extra_args: { keep: 1, kv_transfer_params: { do_remote_decode: false, do_remote_prefill: true } } },
-    });
-  });
+  ])(
+    'generate shape (%s, use_openai_format=%s): drops client transfer params at the top level and in extra_args, keeps the rest',
+    async (path, use_openai_format) => {
+      const body = {
+        token_ids: [1],
+        ec_transfer_params: spoofEc,
+        kv_transfer_params: spoofKv,
+        sampling_params: { max_tokens: 9, extra_args: { ec_transfer_params: spoofEc, kv_transfer_params: spoofKv, keep: 1 } },
+      };
+      const ctx = makeCtx({ path, body, tokenIds: [1], ecTransferParams: [{ 'hash-a': { peer_host: 'enc' } }] });
+      await decode({ use_openai_format }).execute(ctx);
+      expect(ctx.body).toEqual({
+        token_ids: [1],
+        sampling_params: {
+          max_tokens: 9,
+          extra_args: { keep: 1, kv_transfer_params: { do_remote_decode: false, do_remote_prefill: true } },
+        },
+      });
+    },
+  );
 });
 
 describe('decode: connectors and params', () => {
@@ -207,7 +251,13 @@ describe('decode: connectors and params', () => {
   it('kv-sglang: echoes the prefill answer', async () => {
     const ctx = makeCtx({ kvTransferParams: { bootstrap_host: 'h', bootstrap_port: 8998, bootstrap_room: 'r' } });
     await decode({ kv_connector: 'kv-sglang' }).execute(ctx);
-    expect(ctx.body['kv_transfer_params']).toEqual({ bootstrap_host: 'h', bootstrap_port: 8998, bootstrap_room: 'r', do_remote_decode: false, do_remote_prefill: true });
+    expect(ctx.body['kv_transfer_params']).toEqual({
+      bootstrap_host: 'h',
+      bootstrap_port: 8998,
+      bootstrap_room: 'r',
+      do_remote_decode: false,
+      do_remote_prefill: true,
+    });
   });
 
   it('rejects an unknown connector, a bad use_openai_format and a missing gateway', () => {

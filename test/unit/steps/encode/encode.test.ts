@@ -105,7 +105,13 @@ describe('encode: fan-out', () => {
   }, 10_000);
 
   it('skips non-object ec_transfer_params (string, array, null, {}) without failing', async () => {
-    const answers: unknown[] = [{ ec_transfer_params: 'x' }, { ec_transfer_params: [1] }, { ec_transfer_params: null }, { ec_transfer_params: {} }, null];
+    const answers: unknown[] = [
+      { ec_transfer_params: 'x' },
+      { ec_transfer_params: [1] },
+      { ec_transfer_params: null },
+      { ec_transfer_params: {} },
+      null,
+    ];
     let i = 0;
     gateway.respond = () => ({ body: answers[i++] === null ? 'null' : answers[i - 1] });
     const entries = answers.map((_a, k) => entry(k, `h${k}`, 1, 1));
@@ -144,7 +150,12 @@ describe('encode: skipping', () => {
   });
 
   it('makes no call for /inference/v1/generate, even with entries', async () => {
-    const ctx = makeCtx({ path: '/inference/v1/generate', body: { model: 'm', token_ids: [1, 5, 5] }, tokenIds: [1, 5, 5], entries: [entry(0, 'a', 1, 2)] });
+    const ctx = makeCtx({
+      path: '/inference/v1/generate',
+      body: { model: 'm', token_ids: [1, 5, 5] },
+      tokenIds: [1, 5, 5],
+      entries: [entry(0, 'a', 1, 2)],
+    });
     ctx.ecTransferParams = null;
     await encode({ ec_connector: 'ec-nixl', use_openai_format: false }).execute(ctx);
     expect(gateway.seen).toEqual([]);
@@ -197,12 +208,22 @@ describe('encode: chat format', () => {
       model: 'm',
       messages: [
         { role: 'user', content: [{ type: 'image_url', image_url: { url: 'data:image/png;base64,ONE' } }] },
-        { role: 'user', content: [{ type: 'text', text: 'x' }, { type: 'image_url', image_url: { url: 'data:image/png;base64,TWO' } }] },
+        {
+          role: 'user',
+          content: [
+            { type: 'text', text: 'x' },
+            { type: 'image_url', image_url: { url: 'data:image/png;base64,TWO' } },
+          ],
+        },
       ],
     };
     const ctx = makeCtx({ body, tokenIds: [1, 2, 3], entries: [entry(0, 'a', 1, 1), entry(1, 'b', 2, 1), entry(2, 'c', 2, 1)] });
     await encode({ max_parallel: 1 }).execute(ctx);
-    expect(gateway.seen.map((r) => r.json.messages[0].content[0].image_url.url)).toEqual(['data:image/png;base64,ONE', 'data:image/png;base64,TWO', '']);
+    expect(gateway.seen.map((r) => r.json.messages[0].content[0].image_url.url)).toEqual([
+      'data:image/png;base64,ONE',
+      'data:image/png;base64,TWO',
+      '',
+    ]);
   });
 });
 
@@ -220,7 +241,11 @@ describe('encode: token ids', () => {
 
   it('sends kwargs_data null for an encoder-cache hit in the tokens-in format', async () => {
     gateway.respond = () => ({ body: {} });
-    const ctx = makeCtx({ body: chatBodyWithImages(2), tokenIds: [1, 4, 4, 5, 5], entries: [entry(0, 'a', 1, 2, 'kw-a'), entry(1, 'b', 3, 2, '')] });
+    const ctx = makeCtx({
+      body: chatBodyWithImages(2),
+      tokenIds: [1, 4, 4, 5, 5],
+      entries: [entry(0, 'a', 1, 2, 'kw-a'), entry(1, 'b', 3, 2, '')],
+    });
     await encode({ use_openai_format: false, max_parallel: 1 }).execute(ctx);
     expect(gateway.seen.map((r) => r.json.features.kwargs_data)).toEqual([{ image: ['kw-a'] }, { image: [null] }]);
     expect(gateway.seen.map((r) => r.json.token_ids)).toEqual([
@@ -232,10 +257,13 @@ describe('encode: token ids', () => {
 
 describe('encode: failures', () => {
   it('an encoder 5xx fails the step as encode[i] (502 to the client), and nothing is merged', async () => {
-    gateway.respond = (req) => (hashOf(req) === 'b' ? { status: 500, body: 'secret upstream detail' } : { body: { ec_transfer_params: { [hashOf(req)]: { p: 1 } } } });
+    gateway.respond = (req) =>
+      hashOf(req) === 'b' ? { status: 500, body: 'secret upstream detail' } : { body: { ec_transfer_params: { [hashOf(req)]: { p: 1 } } } };
     const ctx = makeCtx({ body: chatBodyWithImages(3), tokenIds: tokens12, entries: three() });
     ctx.ecTransferParams = null;
-    const err = await encode({ ec_connector: 'ec-nixl' }).execute(ctx).catch((e: unknown) => e);
+    const err = await encode({ ec_connector: 'ec-nixl' })
+      .execute(ctx)
+      .catch((e: unknown) => e);
     expect(err).toBeInstanceOf(UpstreamError);
     expect(err).toMatchObject({ step: 'encode[1]', status: 500 });
     const c = classify(err, 'rid');
@@ -247,7 +275,9 @@ describe('encode: failures', () => {
   it('an encoder 4xx is forwarded with the encode[i] step name', async () => {
     gateway.respond = () => ({ status: 422, body: 'bad image' });
     const ctx = makeCtx({ body: chatBodyWithImages(1), tokenIds: [1, 2], entries: [entry(0, 'a', 1, 1)] });
-    const err = await encode().execute(ctx).catch((e: unknown) => e);
+    const err = await encode()
+      .execute(ctx)
+      .catch((e: unknown) => e);
     const c = classify(err, 'rid');
     expect(c.status).toBe(422);
     expect(c.message).toBe('encode[0] rejected the request: HTTP 422 (request_id: rid)');
@@ -260,7 +290,9 @@ describe('encode: failures', () => {
   ])('%s is a 502', async (_name, reply) => {
     gateway.respond = () => reply;
     const ctx = makeCtx({ body: chatBodyWithImages(1), tokenIds: [1, 2], entries: [entry(0, 'a', 1, 1)] });
-    const err = await encode().execute(ctx).catch((e: unknown) => e);
+    const err = await encode()
+      .execute(ctx)
+      .catch((e: unknown) => e);
     expect(classify(err, 'rid').status).toBe(502);
   });
 
@@ -274,7 +306,9 @@ describe('encode: failures', () => {
     };
     const ctx = makeCtx({ body: chatBodyWithImages(3), tokenIds: tokens12, entries: three() });
     try {
-      const err = await encode({}, slow.deps).execute(ctx).catch((e: unknown) => e);
+      const err = await encode({}, slow.deps)
+        .execute(ctx)
+        .catch((e: unknown) => e);
       expect(err).toMatchObject({ step: 'encode[0]', status: 503 });
     } finally {
       await slow.close();
@@ -283,12 +317,15 @@ describe('encode: failures', () => {
 });
 
 describe('encode: params', () => {
-  it.each([[{ max_parallel: 0 }], [{ max_parallel: -1 }], [{ max_parallel: 2.5 }], [{ max_parallel: '4' }], [{ use_openai_format: 'false' }]])(
-    '%j is refused at start-up',
-    (params) => {
-      expect(() => encode(params)).toThrow(ConfigError);
-    },
-  );
+  it.each([
+    [{ max_parallel: 0 }],
+    [{ max_parallel: -1 }],
+    [{ max_parallel: 2.5 }],
+    [{ max_parallel: '4' }],
+    [{ use_openai_format: 'false' }],
+  ])('%j is refused at start-up', (params) => {
+    expect(() => encode(params)).toThrow(ConfigError);
+  });
 
   it('accepts max_parallel 4.0 (an integral float, as YAML and JSON give it)', () => {
     expect(() => encode({ max_parallel: 4.0 })).not.toThrow();

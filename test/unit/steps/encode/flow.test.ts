@@ -39,7 +39,9 @@ beforeEach(() => {
       const hash = (req.json.features ?? req.json.tokens.features).mm_hashes.image[0] as string;
       return { body: { ec_transfer_params: { [hash]: { peer_host: `enc-${hash}`, peer_port: 5501 } } } };
     }
-    return { body: { kv_transfer_params: { remote_engine_id: 'e1', remote_block_ids: [[1, 2]], remote_host: '10.0.0.9', remote_port: 5557 } } };
+    return {
+      body: { kv_transfer_params: { remote_engine_id: 'e1', remote_block_ids: [[1, 2]], remote_host: '10.0.0.9', remote_port: 5557 } },
+    };
   };
 });
 
@@ -91,7 +93,9 @@ describe('multimodal flow', () => {
     const encodes = legs('encode');
     expect(encodes).toHaveLength(2);
     expect(encodes.every((r) => r.path === '/v1/chat/completions' && r.headers['x-request-id'] === 'flow-mm')).toBe(true);
-    const urlByHash = Object.fromEntries(encodes.map((r) => [r.json.tokens.features.mm_hashes.image[0], r.json.messages[0].content[0].image_url.url]));
+    const urlByHash = Object.fromEntries(
+      encodes.map((r) => [r.json.tokens.features.mm_hashes.image[0], r.json.messages[0].content[0].image_url.url]),
+    );
     expect(urlByHash).toEqual({ [hashes[0]!]: pngUri, [hashes[1]!]: 'data:image/jpeg;base64,/9j/AAAA' });
 
     const prefill = legs('prefill');
@@ -148,18 +152,30 @@ describe('multimodal flow', () => {
     expect(prefill.json).not.toHaveProperty('ec_transfer_params');
 
     // Decode keeps the chat path but the generate shape (Q1).
-    expect(ctx.body['sampling_params']).toEqual({ extra_args: { kv_transfer_params: { do_remote_decode: false, do_remote_prefill: true } } });
+    expect(ctx.body['sampling_params']).toEqual({
+      extra_args: { kv_transfer_params: { do_remote_decode: false, do_remote_prefill: true } },
+    });
     expect(ctx.body).not.toHaveProperty('tokens');
   });
 
   it('a failed download stops the cascade before render with a 502; a refused one with a 400', async () => {
     images.status('/gone.png', 404);
     const steps = pipeline({ ec_connector: 'ec-nixl' });
-    const missing = await runPipeline(steps, makeCtx({ body: { model: 'm', messages: [{ role: 'user', content: [{ type: 'image_url', image_url: { url: `${images.url}/gone.png` } }] }] } }));
+    const missing = await runPipeline(
+      steps,
+      makeCtx({
+        body: { model: 'm', messages: [{ role: 'user', content: [{ type: 'image_url', image_url: { url: `${images.url}/gone.png` } }] }] },
+      }),
+    );
     expect(missing).toMatchObject({ kind: 'failed', step: 'replace-media-urls' });
     expect(classify((missing as { error: unknown }).error, 'r').status).toBe(502);
 
-    const refused = await runPipeline(steps, makeCtx({ body: { model: 'm', messages: [{ role: 'user', content: [{ type: 'image_url', image_url: { url: 'http://[::1]:1/x.png' } }] }] } }));
+    const refused = await runPipeline(
+      steps,
+      makeCtx({
+        body: { model: 'm', messages: [{ role: 'user', content: [{ type: 'image_url', image_url: { url: 'http://[::1]:1/x.png' } }] }] },
+      }),
+    );
     expect(classify((refused as { error: unknown }).error, 'r').status).toBe(400);
     expect(renderService.seen).toEqual([]);
     expect(gateway.seen).toEqual([]);
@@ -167,11 +183,25 @@ describe('multimodal flow', () => {
 
   it('conflicting EC descriptors from two encoders stop the request before prefill (502)', async () => {
     gateway.respond = (req) => {
-      if (req.headers['epp-profile'] === 'encode') return { body: { ec_transfer_params: { same: { peer_host: req.json.messages[0].content[0].image_url.url.slice(0, 20) } } } };
+      if (req.headers['epp-profile'] === 'encode')
+        return { body: { ec_transfer_params: { same: { peer_host: req.json.messages[0].content[0].image_url.url.slice(0, 20) } } } };
       return { body: {} };
     };
     const steps = pipeline({ ec_connector: 'ec-nixl' });
-    const outcome = await runPipeline(steps, makeCtx({ body: { ...body(), messages: [{ role: 'user', content: [body().messages[0]!.content[2]!, { type: 'image_url', image_url: { url: 'data:image/png;base64,QQ' } }] }] } }));
+    const outcome = await runPipeline(
+      steps,
+      makeCtx({
+        body: {
+          ...body(),
+          messages: [
+            {
+              role: 'user',
+              content: [body().messages[0]!.content[2]!, { type: 'image_url', image_url: { url: 'data:image/png;base64,QQ' } }],
+            },
+          ],
+        },
+      }),
+    );
     expect(outcome).toMatchObject({ kind: 'failed', step: 'prefill' });
     expect(classify((outcome as { error: unknown }).error, 'r').status).toBe(502);
     expect(legs('prefill')).toEqual([]);

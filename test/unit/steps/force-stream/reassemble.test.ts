@@ -15,7 +15,8 @@ async function collect(body: AsyncIterable<Buffer>, cap = 1 << 20): Promise<SseF
   for await (const f of sseFrames(body, cap)) out.push(f);
   return out;
 }
-const sse = (frames: unknown[], done = true): string => frames.map((f) => `data: ${JSON.stringify(f)}\n\n`).join('') + (done ? 'data: [DONE]\n\n' : '');
+const sse = (frames: unknown[], done = true): string =>
+  frames.map((f) => `data: ${JSON.stringify(f)}\n\n`).join('') + (done ? 'data: [DONE]\n\n' : '');
 const fold = (r: Reassembler, frames: SseFrame[]): Record<string, unknown> => {
   for (const f of frames) r.add(f);
   return r.result();
@@ -23,7 +24,9 @@ const fold = (r: Reassembler, frames: SseFrame[]): Record<string, unknown> => {
 
 describe('SSE framing', () => {
   it('reads data lines split across chunks, CRLF or LF, ignoring comments, events and blank payloads', async () => {
-    const frames = await collect(chunks('data: {"a"', ':1}\r\n\r\n: comment\nevent: x\nid: 7\ndata:\n', 'data:{"b":2}\n', 'data: [DONE]\n', 'data: {"after":1}\n'));
+    const frames = await collect(
+      chunks('data: {"a"', ':1}\r\n\r\n: comment\nevent: x\nid: 7\ndata:\n', 'data:{"b":2}\n', 'data: [DONE]\n', 'data: {"after":1}\n'),
+    );
     expect(frames).toEqual([{ a: 1 }, { b: 2 }]);
   });
   it('ends normally without [DONE], including a last line without a newline', async () => {
@@ -47,16 +50,30 @@ describe('SSE framing', () => {
 
 describe('Reassembler', () => {
   it('chat: envelope first-wins, role, content appended, finish_reason, merged usage', async () => {
-    const frames = await collect(chunks(sse([
-      { id: 'c1', model: 'm', created: 5, system_fingerprint: 'fp', choices: [{ index: 0, delta: { role: 'assistant', content: 'Hello' } }] },
-      { id: 'other', model: 'm2', choices: [{ index: 0, delta: { content: ' world' }, finish_reason: null }] },
-      { choices: [{ index: 0, delta: {}, finish_reason: 'stop' }] },
-      { choices: [], usage: { prompt_tokens: 3, completion_tokens: 7, total_tokens: null } },
-      { choices: [], usage: { total_tokens: 10 } },
-    ])));
+    const frames = await collect(
+      chunks(
+        sse([
+          {
+            id: 'c1',
+            model: 'm',
+            created: 5,
+            system_fingerprint: 'fp',
+            choices: [{ index: 0, delta: { role: 'assistant', content: 'Hello' } }],
+          },
+          { id: 'other', model: 'm2', choices: [{ index: 0, delta: { content: ' world' }, finish_reason: null }] },
+          { choices: [{ index: 0, delta: {}, finish_reason: 'stop' }] },
+          { choices: [], usage: { prompt_tokens: 3, completion_tokens: 7, total_tokens: null } },
+          { choices: [], usage: { total_tokens: 10 } },
+        ]),
+      ),
+    );
     const r = new Reassembler('chat', 1);
     expect(fold(r, frames)).toEqual({
-      id: 'c1', model: 'm', system_fingerprint: 'fp', created: 5, object: 'chat.completion',
+      id: 'c1',
+      model: 'm',
+      system_fingerprint: 'fp',
+      created: 5,
+      object: 'chat.completion',
       choices: [{ index: 0, logprobs: null, finish_reason: 'stop', message: { role: 'assistant', content: 'Hello world' } }],
       usage: { prompt_tokens: 3, completion_tokens: 7, total_tokens: 10 },
     });
@@ -65,17 +82,34 @@ describe('Reassembler', () => {
   it('chat, several choices: ordered by index, indices at or above n dropped and not counted', () => {
     const r = new Reassembler('chat', 2);
     const out = fold(r, [
-      { choices: [{ index: 1, delta: { content: 'B1' } }, { index: 0, delta: { content: 'A1' } }] },
+      {
+        choices: [
+          { index: 1, delta: { content: 'B1' } },
+          { index: 0, delta: { content: 'A1' } },
+        ],
+      },
       { choices: [{ index: 2, delta: { content: 'CCCC' } }] },
-      { choices: [{ index: 0, delta: { content: 'A2' } }, { index: 1, delta: { content: 'B2' } }] },
+      {
+        choices: [
+          { index: 0, delta: { content: 'A2' } },
+          { index: 1, delta: { content: 'B2' } },
+        ],
+      },
     ]);
     expect((out['choices'] as Array<{ message: { content: string } }>).map((c) => c.message.content)).toEqual(['A1A2', 'B1B2']);
     expect(r.bufferedBytes).toBe(8);
   });
   it('text: text appended, object kept (or text_completion), byte count in UTF-8', () => {
     const r = new Reassembler('text', 1);
-    expect(fold(r, [{ id: 't', object: 'text_completion.chunk', choices: [{ text: 'héllo' }] }, { choices: [{ text: '!', finish_reason: 'length' }] }])).toEqual({
-      id: 't', object: 'text_completion.chunk', choices: [{ index: 0, logprobs: null, finish_reason: 'length', text: 'héllo!' }],
+    expect(
+      fold(r, [
+        { id: 't', object: 'text_completion.chunk', choices: [{ text: 'héllo' }] },
+        { choices: [{ text: '!', finish_reason: 'length' }] },
+      ]),
+    ).toEqual({
+      id: 't',
+      object: 'text_completion.chunk',
+      choices: [{ index: 0, logprobs: null, finish_reason: 'length', text: 'héllo!' }],
     });
     expect(r.bufferedBytes).toBe(7);
     expect(fold(new Reassembler('text', 1), [{ choices: [{ text: 'x' }] }])['object']).toBe('text_completion');
@@ -87,14 +121,34 @@ describe('Reassembler', () => {
       { request_id: 'r2', choices: [{ index: 0, token_ids: [3], finish_reason: 'length' }] },
       { request_id: 'r1', choices: [], usage: { completion_tokens: 3 } },
     ]);
-    expect(out).toEqual({ request_id: 'r1', prompt_logprobs: null, kv_transfer_params: null, choices: [{ index: 0, logprobs: null, finish_reason: 'length', token_ids: [1, 2, 3] }] });
+    expect(out).toEqual({
+      request_id: 'r1',
+      prompt_logprobs: null,
+      kv_transfer_params: null,
+      choices: [{ index: 0, logprobs: null, finish_reason: 'length', token_ids: [1, 2, 3] }],
+    });
     expect(r.bufferedBytes).toBe(48);
   });
   it('responses: the completed object verbatim, or the deltas in a message', () => {
     const completed = { id: 'resp_1', status: 'completed', output: [] };
-    expect(fold(new Reassembler('responses', 1), [{ type: 'response.created', response: { id: 'resp_1' } }, { type: 'response.output_text.delta', delta: 'Hi' }, { type: 'response.completed', response: completed }])).toEqual(completed);
-    expect(fold(new Reassembler('responses', 1), [{ type: 'response.created', response: { id: 'resp_2', model: 'm' } }, { type: 'response.output_text.delta', delta: 'Hi' }, { type: 'response.output_text.delta', delta: ' there' }])).toEqual({
-      status: 'completed', output: [{ type: 'message', role: 'assistant', content: [{ type: 'output_text', text: 'Hi there' }] }], id: 'resp_2', model: 'm',
+    expect(
+      fold(new Reassembler('responses', 1), [
+        { type: 'response.created', response: { id: 'resp_1' } },
+        { type: 'response.output_text.delta', delta: 'Hi' },
+        { type: 'response.completed', response: completed },
+      ]),
+    ).toEqual(completed);
+    expect(
+      fold(new Reassembler('responses', 1), [
+        { type: 'response.created', response: { id: 'resp_2', model: 'm' } },
+        { type: 'response.output_text.delta', delta: 'Hi' },
+        { type: 'response.output_text.delta', delta: ' there' },
+      ]),
+    ).toEqual({
+      status: 'completed',
+      output: [{ type: 'message', role: 'assistant', content: [{ type: 'output_text', text: 'Hi there' }] }],
+      id: 'resp_2',
+      model: 'm',
     });
   });
 });
@@ -125,7 +179,10 @@ describe('IncrementalReply', () => {
   it('text with no content at all is still a whole reply', () => {
     const reply = new IncrementalReply('text');
     expect(reply.add({ choices: [{ index: 0, text: '', finish_reason: 'length' }] })).toBeNull();
-    expect(JSON.parse(reply.finish().toString())).toEqual({ object: 'text_completion', choices: [{ index: 0, logprobs: null, text: '', finish_reason: 'length' }] });
+    expect(JSON.parse(reply.finish().toString())).toEqual({
+      object: 'text_completion',
+      choices: [{ index: 0, logprobs: null, text: '', finish_reason: 'length' }],
+    });
   });
 });
 

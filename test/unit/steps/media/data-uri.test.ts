@@ -27,9 +27,12 @@ describe('image type allowlist', () => {
   it.each(['image/jpeg', 'image/png', 'image/gif', 'image/webp', ' Image/PNG '])('%s is allowed', (t) => {
     expect(isAllowedImageContentType(t)).toBe(true);
   });
-  it.each(['text/html', 'image/svg+xml', 'application/javascript', 'audio/wav', 'video/mp4', 'image/png; x=y', ''])('%s is refused', (t) => {
-    expect(isAllowedImageContentType(t)).toBe(false);
-  });
+  it.each(['text/html', 'image/svg+xml', 'application/javascript', 'audio/wav', 'video/mp4', 'image/png; x=y', ''])(
+    '%s is refused',
+    (t) => {
+      expect(isAllowedImageContentType(t)).toBe(false);
+    },
+  );
   it('only a lower-case "data:" prefix is inline data (others are URLs with a disallowed scheme)', () => {
     expect(isDataUri('data:image/png;base64,AA')).toBe(true);
     expect(isDataUri('DATA:image/png;base64,AA')).toBe(false);

@@ -32,7 +32,10 @@ export function chatWith(...urls: string[]): JsonObject {
     model: 'm',
     messages: [
       { role: 'system', content: 'be brief' },
-      { role: 'user', content: [{ type: 'text', text: 'describe' }, ...urls.map((url) => ({ type: 'image_url', image_url: { url, detail: 'low' } }))] },
+      {
+        role: 'user',
+        content: [{ type: 'text', text: 'describe' }, ...urls.map((url) => ({ type: 'image_url', image_url: { url, detail: 'low' } }))],
+      },
     ],
   };
 }

@@ -74,7 +74,9 @@ describe('replace-media-urls: inlining', () => {
     const r = await run(step(), chatWith(...urls));
     expect(r.status).toBe(200);
     const expected = order.map((k) =>
-      k === 'http' ? { contentType: 'image/jpeg', base64Data: Buffer.from('jpeg-bytes').toString('base64') } : { contentType: 'image/gif', base64Data: 'R0lG' },
+      k === 'http'
+        ? { contentType: 'image/jpeg', base64Data: Buffer.from('jpeg-bytes').toString('base64') }
+        : { contentType: 'image/gif', base64Data: 'R0lG' },
     );
     expect(r.ctx.multimodalEntries).toEqual(expected.map((e, index) => ({ index, ...e })));
   });

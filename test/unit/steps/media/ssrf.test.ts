@@ -157,7 +157,10 @@ describe('host names: the resolved address is checked, and that same address is 
 
   it('an unknown name is a 502 (a network error, not the client’s fault)', async () => {
     const dialer = new RecordingNoSocketDialer();
-    const r = await run(mediaStep({}, { resolve: new ScriptedResolver({}).resolve, dial: dialer.dial }), chatWith('http://nowhere.invalid/a.png'));
+    const r = await run(
+      mediaStep({}, { resolve: new ScriptedResolver({}).resolve, dial: dialer.dial }),
+      chatWith('http://nowhere.invalid/a.png'),
+    );
     expect(r.status).toBe(502);
     expect(r.error!.message).toContain('ENOTFOUND');
   });
@@ -166,20 +169,18 @@ describe('host names: the resolved address is checked, and that same address is 
 describe('redirects: every hop is checked', () => {
   const exempt = { allowed_ip_ranges: ['127.0.0.1/32'] };
 
-  it.each([
-    ['http://169.254.169.254/latest/meta-data/iam'],
-    ['http://10.0.0.1/'],
-    ['http://[::ffff:a9fe:a9fe]/'],
-    ['http://meta.rebind/'],
-  ])('a redirect to %s is a 400 and only the first hop is dialled', async (location) => {
-    server.redirect('/hop', location);
-    const resolver = new ScriptedResolver({ 'meta.rebind': [['169.254.169.254']] });
-    const dialer = new RecordingLoopbackDialer();
-    const r = await run(mediaStep(exempt, { resolve: resolver.resolve, dial: dialer.dial }), chatWith(`${server.url}/hop`));
-    expect(r.status).toBe(400);
-    expect(dialer.calls.map((c) => c.ip)).toEqual(['127.0.0.1']);
-    expect(server.hits).toEqual(['/hop']);
-  });
+  it.each([['http://169.254.169.254/latest/meta-data/iam'], ['http://10.0.0.1/'], ['http://[::ffff:a9fe:a9fe]/'], ['http://meta.rebind/']])(
+    'a redirect to %s is a 400 and only the first hop is dialled',
+    async (location) => {
+      server.redirect('/hop', location);
+      const resolver = new ScriptedResolver({ 'meta.rebind': [['169.254.169.254']] });
+      const dialer = new RecordingLoopbackDialer();
+      const r = await run(mediaStep(exempt, { resolve: resolver.resolve, dial: dialer.dial }), chatWith(`${server.url}/hop`));
+      expect(r.status).toBe(400);
+      expect(dialer.calls.map((c) => c.ip)).toEqual(['127.0.0.1']);
+      expect(server.hits).toEqual(['/hop']);
+    },
+  );
 
   it('a redirect to another loopback address is a 400 (only the exempted one is reachable)', async () => {
     server.redirect('/hop', `http://[::1]:${server.port}/a.png`);

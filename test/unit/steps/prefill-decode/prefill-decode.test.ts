@@ -28,7 +28,9 @@ function step(params: StepParams = {}) {
 }
 
 /** An EPP with the reserve-endpoint plugin: 204 + the pod for a reserve, 200 for the pinned prefill. */
-function epp(reserve: { status?: number; endpoint?: string | null } = {}): (req: SeenRequest) => { status: number; headers?: Record<string, string>; body?: unknown } {
+function epp(
+  reserve: { status?: number; endpoint?: string | null } = {},
+): (req: SeenRequest) => { status: number; headers?: Record<string, string>; body?: unknown } {
   return (req) => {
     if (req.headers['prefer'] === 'reserve-endpoint') {
       const headers: Record<string, string> = {};
@@ -68,13 +70,23 @@ describe('prefill-decode', () => {
     const [reserve, prefill] = gateway.seen;
 
     expect(reserve!.path).toBe('/v1/chat/completions');
-    expect(reserve!.headers).toMatchObject({ 'x-request-id': 'req-1-reserve', 'epp-profile': 'prefill', prefer: 'reserve-endpoint', authorization: 'Bearer t' });
+    expect(reserve!.headers).toMatchObject({
+      'x-request-id': 'req-1-reserve',
+      'epp-profile': 'prefill',
+      prefer: 'reserve-endpoint',
+      authorization: 'Bearer t',
+    });
     expect(reserve!.headers).not.toHaveProperty('x-data-parallel-rank');
     expect(reserve!.headers).not.toHaveProperty('x-llm-d-pin-host-port');
     expect(reserve!.json).toMatchObject({ max_tokens: 1, stream: false });
     expect(reserve!.json).not.toHaveProperty('bootstrap_room');
 
-    expect(prefill!.headers).toMatchObject({ 'x-request-id': 'req-1-prefill', 'epp-profile': 'prefill', 'x-llm-d-pin-host-port': '10.0.3.7:8000', authorization: 'Bearer t' });
+    expect(prefill!.headers).toMatchObject({
+      'x-request-id': 'req-1-prefill',
+      'epp-profile': 'prefill',
+      'x-llm-d-pin-host-port': '10.0.3.7:8000',
+      authorization: 'Bearer t',
+    });
     expect(prefill!.headers).not.toHaveProperty('prefer');
     expect(prefill!.headers).not.toHaveProperty('x-data-parallel-rank');
     const room = prefill!.json.bootstrap_room as number;
@@ -83,7 +95,13 @@ describe('prefill-decode', () => {
     for (const field of ['kv_transfer_params', 'data_parallel_rank', 'routed_dp_rank']) expect(prefill!.json).not.toHaveProperty(field);
 
     // Decode: the client body Envoy forwards.
-    expect(ctx.body).toMatchObject({ bootstrap_host: '10.0.3.7', bootstrap_port: 8998, bootstrap_room: room, max_tokens: 64, stream: true });
+    expect(ctx.body).toMatchObject({
+      bootstrap_host: '10.0.3.7',
+      bootstrap_port: 8998,
+      bootstrap_room: room,
+      max_tokens: 64,
+      stream: true,
+    });
     expect(ctx.body['tokens']).toEqual({ token_ids: [1, 2, 3] });
     for (const field of ['kv_transfer_params', 'data_parallel_rank', 'routed_dp_rank']) expect(ctx.body).not.toHaveProperty(field);
     expect(ctx.decode).toEqual({
@@ -113,10 +131,14 @@ describe('prefill-decode', () => {
     expect(ctx.body).toMatchObject({ prompt: [5, 6], max_tokens: 9, bootstrap_host: '10.0.3.7' });
   });
 
-  it('a client ec_transfer_params never reaches either leg; the coordinator\'s EC params reach prefill only', async () => {
+  it("a client ec_transfer_params never reaches either leg; the coordinator's EC params reach prefill only", async () => {
     gateway.respond = epp();
     const spoof = { h1: { peer_host: '6.6.6.6', peer_port: 1 } };
-    const body = { ...chat(), ec_transfer_params: spoof, sampling_params: { extra_args: { ec_transfer_params: spoof, kv_transfer_params: { x: 1 } } } };
+    const body = {
+      ...chat(),
+      ec_transfer_params: spoof,
+      sampling_params: { extra_args: { ec_transfer_params: spoof, kv_transfer_params: { x: 1 } } },
+    };
     const ctx = makeCtx({ body, tokenIds: [1, 2, 3], ecTransferParams: [{ h1: { peer_host: 'encoder', peer_port: 5501 } }] });
     await step({ ec_connector: 'ec-nixl' }).execute(ctx);
     await waitForLegs(2);
@@ -165,7 +187,8 @@ describe('prefill-decode', () => {
     let release!: () => void;
     const held = new Promise<void>((r) => (release = r));
     gateway.respond = async (req) => {
-      if (req.headers['prefer'] === 'reserve-endpoint') return { status: 204, headers: { 'x-llm-d-reserved-host-port': '10.0.3.7:8000' }, body: '' };
+      if (req.headers['prefer'] === 'reserve-endpoint')
+        return { status: 204, headers: { 'x-llm-d-reserved-host-port': '10.0.3.7:8000' }, body: '' };
       await held;
       return { status: 200, body: {} };
     };
@@ -207,8 +230,16 @@ describe('parseReservedEndpoint', () => {
     ['[fd00::7]:8000', { host: 'fd00::7', port: 8000 }],
     ['pod-a.ns.svc:1', { host: 'pod-a.ns.svc', port: 1 }],
   ])('%s', (value, expected) => expect(parseReservedEndpoint(value)).toEqual(expected));
-  it.each(['10.0.3.7', '10.0.3.7:', ':8000', '10.0.3.7:0', '10.0.3.7:65536', 'fd00::7:8000', '[fd00::7]8000', 'a b:80', 'x'.repeat(400) + ':1', 'h:80\r\nx: y'])(
-    'refuses %j',
-    (value) => expect(parseReservedEndpoint(value)).toBeNull(),
-  );
+  it.each([
+    '10.0.3.7',
+    '10.0.3.7:',
+    ':8000',
+    '10.0.3.7:0',
+    '10.0.3.7:65536',
+    'fd00::7:8000',
+    '[fd00::7]8000',
+    'a b:80',
+    'x'.repeat(400) + ':1',
+    'h:80\r\nx: y',
+  ])('refuses %j', (value) => expect(parseReservedEndpoint(value)).toBeNull());
 });

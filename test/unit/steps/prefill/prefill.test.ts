@@ -1,5 +1,12 @@
 import { ConfigError } from '../../../../src/config/errors';
-import { BadRequestError, CancelledError, TransportError, UpstreamError, UpstreamInvalidError, classify } from '../../../../src/pipeline/errors';
+import {
+  BadRequestError,
+  CancelledError,
+  TransportError,
+  UpstreamError,
+  UpstreamInvalidError,
+  classify,
+} from '../../../../src/pipeline/errors';
 import type { StepDeps, StepParams } from '../../../../src/pipeline/step';
 import { createPrefillStep } from '../../../../src/steps/prefill';
 import { chatBodyWithImages, entry, FakeUpstream, makeCtx, TestDeps } from '../fake-upstream';
@@ -21,7 +28,15 @@ function prefill(params: StepParams = {}) {
   return createPrefillStep({ use_openai_format: true, ...params }, td.deps);
 }
 
-const nixlAnswer = { kv_transfer_params: { do_remote_decode: true, remote_engine_id: 'e1', remote_block_ids: [[1, 2]], remote_host: '10.0.0.9', remote_port: 5557 } };
+const nixlAnswer = {
+  kv_transfer_params: {
+    do_remote_decode: true,
+    remote_engine_id: 'e1',
+    remote_block_ids: [[1, 2]],
+    remote_host: '10.0.0.9',
+    remote_port: 5557,
+  },
+};
 const ecA = { peer_host: '10.0.0.1', peer_port: 5501 };
 const ecB = { peer_host: '10.0.0.2', peer_port: 5502 };
 
@@ -31,7 +46,12 @@ describe('prefill: generate format', () => {
     const ctx = makeCtx({
       path: '/inference/v1/generate',
       requestId: 'rid-7',
-      body: { model: 'llava', token_ids: [1, 2, 3, 4, 5, 6, 7, 8], sampling_params: { max_tokens: 50, min_tokens: 5, temperature: 0.3 }, features: { client: true } },
+      body: {
+        model: 'llava',
+        token_ids: [1, 2, 3, 4, 5, 6, 7, 8],
+        sampling_params: { max_tokens: 50, min_tokens: 5, temperature: 0.3 },
+        features: { client: true },
+      },
       tokenIds: [1, 2, 3, 4, 5, 6, 7, 8],
       entries: [entry(0, 'hash-a', 1, 2, 'kw-a'), entry(1, 'hash-b', 4, 2, '')],
       ecTransferParams: [{ 'hash-a': ecA }, { 'hash-b': ecB }],
@@ -55,7 +75,12 @@ describe('prefill: generate format', () => {
       stream: false,
       features: {
         mm_hashes: { image: ['hash-a', 'hash-b'] },
-        mm_placeholders: { image: [{ offset: 1, length: 2 }, { offset: 4, length: 2 }] },
+        mm_placeholders: {
+          image: [
+            { offset: 1, length: 2 },
+            { offset: 4, length: 2 },
+          ],
+        },
         kwargs_data: { image: ['kw-a', null] },
       },
     });
@@ -169,7 +194,14 @@ describe('prefill: headers and answers', () => {
     await prefill().execute(
       makeCtx({
         requestId: 'good-id',
-        headers: { 'x-request-id': 'client id', 'epp-profile': 'decode', authorization: 'Bearer t', 'content-type': 'text/plain', connection: 'close', 'x-custom': 'v' },
+        headers: {
+          'x-request-id': 'client id',
+          'epp-profile': 'decode',
+          authorization: 'Bearer t',
+          'content-type': 'text/plain',
+          connection: 'close',
+          'x-custom': 'v',
+        },
       }),
     );
     const h = gateway.seen[0]!.headers;
@@ -182,7 +214,9 @@ describe('prefill: headers and answers', () => {
 
   it.each([400, 404, 429, 503])('turns HTTP %d into UpstreamError(prefill)', async (status) => {
     gateway.respond = () => ({ status, body: 'overloaded' });
-    const err = await prefill().execute(makeCtx()).catch((e: unknown) => e);
+    const err = await prefill()
+      .execute(makeCtx())
+      .catch((e: unknown) => e);
     expect(err).toBeInstanceOf(UpstreamError);
     expect(err).toMatchObject({ step: 'prefill', status, body: 'overloaded' });
   });
@@ -192,15 +226,20 @@ describe('prefill: headers and answers', () => {
     await expect(prefill().execute(makeCtx())).rejects.toMatchObject({ step: 'prefill', status: 204 });
   });
 
-  it.each(['not json', '[1,2]', '"str"', ''])('fails with an unusable-answer error (502, upstream_invalid) on the answer %j', async (answer) => {
-    gateway.respond = () => ({ body: answer });
-    const err = await prefill().execute(makeCtx()).catch((e: unknown) => e);
-    expect(err).toBeInstanceOf(UpstreamInvalidError);
-    expect(classify(err, 'r')).toMatchObject({ status: 502, errorClass: 'upstream_invalid', message: 'internal error (request_id: r)' });
-    expect(err).not.toBeInstanceOf(UpstreamError);
-    expect(err).not.toBeInstanceOf(BadRequestError);
-    expect((err as Error).message).toMatch(/^prefill: decode response/);
-  });
+  it.each(['not json', '[1,2]', '"str"', ''])(
+    'fails with an unusable-answer error (502, upstream_invalid) on the answer %j',
+    async (answer) => {
+      gateway.respond = () => ({ body: answer });
+      const err = await prefill()
+        .execute(makeCtx())
+        .catch((e: unknown) => e);
+      expect(err).toBeInstanceOf(UpstreamInvalidError);
+      expect(classify(err, 'r')).toMatchObject({ status: 502, errorClass: 'upstream_invalid', message: 'internal error (request_id: r)' });
+      expect(err).not.toBeInstanceOf(UpstreamError);
+      expect(err).not.toBeInstanceOf(BadRequestError);
+      expect((err as Error).message).toMatch(/^prefill: decode response/);
+    },
+  );
 
   it('reads only the first JSON value of the answer', async () => {
     gateway.respond = () => ({ body: '{"kv_transfer_params":{"a":1}}\n{"x":2}' });
@@ -225,7 +264,9 @@ describe('prefill: headers and answers', () => {
 
   it('uses gateway.timeout as the response-header timeout', async () => {
     gateway.respond = () => new Promise((resolve) => setTimeout(() => resolve({ body: {} }), 3000));
-    const err = await prefill().execute(makeCtx()).catch((e: unknown) => e);
+    const err = await prefill()
+      .execute(makeCtx())
+      .catch((e: unknown) => e);
     expect(err).toBeInstanceOf(TransportError);
     expect((err as TransportError).timedOut).toBe(true);
   });
@@ -278,7 +319,9 @@ describe('prefill: connectors', () => {
 
   it('ec-nixl conflicting descriptors fail before the gateway is called', async () => {
     const ctx = makeCtx({ ecTransferParams: [{ h: ecA }, { h: ecB }] });
-    const err = await prefill({ ec_connector: 'ec-nixl' }).execute(ctx).catch((e: unknown) => e);
+    const err = await prefill({ ec_connector: 'ec-nixl' })
+      .execute(ctx)
+      .catch((e: unknown) => e);
     expect((err as Error).message).toContain('conflicting descriptors for mm_hash "h"');
     expect(err).not.toBeInstanceOf(BadRequestError);
     expect(gateway.seen).toHaveLength(0);

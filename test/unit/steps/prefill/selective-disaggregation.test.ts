@@ -15,7 +15,11 @@ const up = useFakeUpstreams();
 const prefill = (params: StepParams) => createPrefillStep({ use_openai_format: true, kv_connector: 'kv-nixl', ...params }, up.td.deps);
 const decode = () => createDecodeStep({ use_openai_format: true, kv_connector: 'kv-nixl' }, up.td.deps);
 const chat = (tokens: number) =>
-  makeCtx({ path: '/v1/chat/completions', body: { model: 'm', messages: [{ role: 'user', content: 'hi' }] }, tokenIds: Array.from({ length: tokens }, (_, i) => i + 1) });
+  makeCtx({
+    path: '/v1/chat/completions',
+    body: { model: 'm', messages: [{ role: 'user', content: 'hi' }] },
+    tokenIds: Array.from({ length: tokens }, (_, i) => i + 1),
+  });
 
 const NO_ENDPOINT = {
   status: 429,
@@ -60,7 +64,11 @@ describe('min_prompt_tokens', () => {
   });
 
   it('generate requests get no extra_args transfer params when aggregated', async () => {
-    const ctx = makeCtx({ path: '/inference/v1/generate', body: { model: 'm', token_ids: [1, 2], sampling_params: { max_tokens: 3 } }, tokenIds: [1, 2] });
+    const ctx = makeCtx({
+      path: '/inference/v1/generate',
+      body: { model: 'm', token_ids: [1, 2], sampling_params: { max_tokens: 3 } },
+      tokenIds: [1, 2],
+    });
     await prefill({ min_prompt_tokens: 3 }).execute(ctx);
     await decode().execute(ctx);
     expect(ctx.body['sampling_params']).toEqual({ max_tokens: 3 });

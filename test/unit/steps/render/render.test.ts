@@ -1,5 +1,12 @@
 import { ConfigError } from '../../../../src/config/errors';
-import { BadRequestError, CancelledError, TransportError, UpstreamError, UpstreamInvalidError, classify } from '../../../../src/pipeline/errors';
+import {
+  BadRequestError,
+  CancelledError,
+  TransportError,
+  UpstreamError,
+  UpstreamInvalidError,
+  classify,
+} from '../../../../src/pipeline/errors';
 import { createRenderStep } from '../../../../src/steps/render';
 import type { Step, StepParams } from '../../../../src/pipeline/step';
 import type { JsonObject } from '../../../../src/pipeline/context';
@@ -40,7 +47,13 @@ describe('render: chat', () => {
       body,
       entries: seedEntries(2),
       requestId: 'sanitised-id',
-      headers: { 'x-request-id': 'raw client id!', authorization: 'Bearer t', 'epp-profile': 'decode', 'content-type': 'text/plain', host: 'h' },
+      headers: {
+        'x-request-id': 'raw client id!',
+        authorization: 'Bearer t',
+        'epp-profile': 'decode',
+        'content-type': 'text/plain',
+        host: 'h',
+      },
     });
     await render().execute(ctx);
 
@@ -99,7 +112,12 @@ describe('render: chat', () => {
         token_ids: [1, 2, 3, 4, 5, 6, 7, 8],
         features: {
           mm_hashes: { image: ['a', 'b'] },
-          mm_placeholders: { image: [{ offset: 0, length: 4 }, { offset: 4, length: 3 }] },
+          mm_placeholders: {
+            image: [
+              { offset: 0, length: 4 },
+              { offset: 4, length: 3 },
+            ],
+          },
           kwargs_data: { image: ['k', 'k'] },
         },
       },
@@ -116,9 +134,38 @@ describe('render: chat', () => {
   });
 
   it.each([
-    ['mm_hashes', { mm_hashes: { image: ['a'] }, mm_placeholders: { image: [{ offset: 1, length: 1 }, { offset: 2, length: 1 }] }, kwargs_data: { image: ['k', 'k'] } }, 'render returned 1 mm_hashes but expected 2'],
-    ['mm_placeholders', { mm_hashes: { image: ['a', 'b'] }, mm_placeholders: { image: [] }, kwargs_data: { image: ['k', 'k'] } }, 'render returned 0 mm_placeholders but expected 2'],
-    ['kwargs_data', { mm_hashes: { image: ['a', 'b'] }, mm_placeholders: { image: [{ offset: 1, length: 1 }, { offset: 2, length: 1 }] } }, 'render returned 0 kwargs_data but expected 2'],
+    [
+      'mm_hashes',
+      {
+        mm_hashes: { image: ['a'] },
+        mm_placeholders: {
+          image: [
+            { offset: 1, length: 1 },
+            { offset: 2, length: 1 },
+          ],
+        },
+        kwargs_data: { image: ['k', 'k'] },
+      },
+      'render returned 1 mm_hashes but expected 2',
+    ],
+    [
+      'mm_placeholders',
+      { mm_hashes: { image: ['a', 'b'] }, mm_placeholders: { image: [] }, kwargs_data: { image: ['k', 'k'] } },
+      'render returned 0 mm_placeholders but expected 2',
+    ],
+    [
+      'kwargs_data',
+      {
+        mm_hashes: { image: ['a', 'b'] },
+        mm_placeholders: {
+          image: [
+            { offset: 1, length: 1 },
+            { offset: 2, length: 1 },
+          ],
+        },
+      },
+      'render returned 0 kwargs_data but expected 2',
+    ],
   ])('fails with an unusable-answer error (502, upstream_invalid) when %s does not match the images', async (_n, features, msg) => {
     renderService.respond = () => ({ body: { token_ids: [1, 2, 3], features } });
     const p = render().execute(makeCtx({ body: chatBodyWithImages(2), entries: seedEntries(2) }));
@@ -129,7 +176,9 @@ describe('render: chat', () => {
 
   it('a render body that is not JSON is upstream_invalid (502)', async () => {
     renderService.respond = () => ({ body: 'not json' });
-    const err = await render().execute(makeCtx({ body: chatBodyWithImages(1), entries: seedEntries(1) })).catch((e: unknown) => e);
+    const err = await render()
+      .execute(makeCtx({ body: chatBodyWithImages(1), entries: seedEntries(1) }))
+      .catch((e: unknown) => e);
     expect(err).toBeInstanceOf(UpstreamInvalidError);
     expect(classify(err, 'r')).toMatchObject({ status: 502, errorClass: 'upstream_invalid' });
   });
@@ -142,7 +191,9 @@ describe('render: chat', () => {
 
   it.each([400, 422, 500])('turns HTTP %d into an UpstreamError for step render (body kept for logs)', async (status) => {
     renderService.respond = () => ({ status, body: 'bad tokens' });
-    const err = await render().execute(makeCtx()).catch((e: unknown) => e);
+    const err = await render()
+      .execute(makeCtx())
+      .catch((e: unknown) => e);
     expect(err).toBeInstanceOf(UpstreamError);
     expect(err).not.toBeInstanceOf(BadRequestError);
     expect((err as UpstreamError).step).toBe('render');
@@ -169,7 +220,9 @@ describe('render: chat', () => {
 
   it('gives up after `timeout` with a TransportError', async () => {
     renderService.respond = () => new Promise((resolve) => setTimeout(() => resolve({ body: chatAnswer(0) }), 3000));
-    const err = await render({ timeout: '100ms' }).execute(makeCtx()).catch((e: unknown) => e);
+    const err = await render({ timeout: '100ms' })
+      .execute(makeCtx())
+      .catch((e: unknown) => e);
     expect(err).toBeInstanceOf(TransportError);
     expect((err as TransportError).timedOut).toBe(true);
   });
@@ -312,7 +365,12 @@ describe('render: generate', () => {
         token_ids: [1, 9, 9, 2, 9, 9, 3],
         features: {
           mm_hashes: { image: ['a', 'b'] },
-          mm_placeholders: { image: [{ offset: 1, length: 2 }, { offset: 4, length: 2 }] },
+          mm_placeholders: {
+            image: [
+              { offset: 1, length: 2 },
+              { offset: 4, length: 2 },
+            ],
+          },
         },
       },
     });
@@ -323,7 +381,11 @@ describe('render: generate', () => {
     ]);
   });
 
-  it.each([['a string', 'x'], ['an array', []], ['a number', 3]])('rejects features that are %s', async (_n, features) => {
+  it.each([
+    ['a string', 'x'],
+    ['an array', []],
+    ['a number', 3],
+  ])('rejects features that are %s', async (_n, features) => {
     await expect(render().execute(makeCtx({ path, body: { token_ids: [1], features } }))).rejects.toThrow(BadRequestError);
   });
 
@@ -345,17 +407,31 @@ describe('render: generate', () => {
     const big = 2 ** 53 - 1;
     const body = {
       token_ids: [...Array(10).keys()],
-      features: { mm_hashes: { image: ['a', 'b'] }, mm_placeholders: { image: [{ offset: 0, length: 1 }, { offset: 0, length: 1 }] } },
+      features: {
+        mm_hashes: { image: ['a', 'b'] },
+        mm_placeholders: {
+          image: [
+            { offset: 0, length: 1 },
+            { offset: 0, length: 1 },
+          ],
+        },
+      },
     };
     await expect(render({ max_total_placeholder_tokens: 1 }).execute(makeCtx({ path, body }))).rejects.toThrow(
       'too many placeholder tokens: got 2, max 1',
     );
     // Lengths this large fail the bounds check first; the limit is never bypassed.
-    body.features.mm_placeholders.image = [{ offset: 0, length: big }, { offset: 0, length: big }];
+    body.features.mm_placeholders.image = [
+      { offset: 0, length: big },
+      { offset: 0, length: big },
+    ];
     await expect(render({ max_total_placeholder_tokens: 5 }).execute(makeCtx({ path, body }))).rejects.toThrow(BadRequestError);
   });
 
-  it.each([['an array', [1]], ['a string', 'greedy']])('rejects sampling_params that are %s', async (_n, sp) => {
+  it.each([
+    ['an array', [1]],
+    ['a string', 'greedy'],
+  ])('rejects sampling_params that are %s', async (_n, sp) => {
     await expect(render().execute(makeCtx({ path, body: { token_ids: [1], sampling_params: sp } }))).rejects.toThrow(
       'sampling_params must be an object',
     );
@@ -366,14 +442,16 @@ describe('render: generate', () => {
     await expect(p).rejects.toThrow('sampling_params.extra_args must be an object');
   });
 
-  it.each([['missing', undefined], ['empty', []], ['not an array', 'abc'], ['with a negative id', [1, -2]]])(
-    'rejects token_ids %s',
-    async (_n, ids) => {
-      const body: JsonObject = { model: 'm' };
-      if (ids !== undefined) body['token_ids'] = ids;
-      await expect(render().execute(makeCtx({ path, body }))).rejects.toThrow(BadRequestError);
-    },
-  );
+  it.each([
+    ['missing', undefined],
+    ['empty', []],
+    ['not an array', 'abc'],
+    ['with a negative id', [1, -2]],
+  ])('rejects token_ids %s', async (_n, ids) => {
+    const body: JsonObject = { model: 'm' };
+    if (ids !== undefined) body['token_ids'] = ids;
+    await expect(render().execute(makeCtx({ path, body }))).rejects.toThrow(BadRequestError);
+  });
 
   it('applies the token limit', async () => {
     await expect(render({ max_total_tokens: 2 }).execute(makeCtx({ path, body: { token_ids: [1, 2, 3] } }))).rejects.toThrow(
@@ -400,7 +478,9 @@ describe('render: params', () => {
   it('applies the defaults and builds a pooled client for its own address', () => {
     const before = up.td.clientForCalls.length;
     createRenderStep({ address: renderService.url }, up.td.deps);
-    expect(up.td.clientForCalls.slice(before)).toEqual([{ baseUrl: renderService.url, opts: { maxIdleConns: 100, idleTimeoutMs: 90_000 } }]);
+    expect(up.td.clientForCalls.slice(before)).toEqual([
+      { baseUrl: renderService.url, opts: { maxIdleConns: 100, idleTimeoutMs: 90_000 } },
+    ]);
   });
 
   it('passes max_idle_conns_per_host and idle_conn_timeout to the pool (0 idle = Go default 2)', () => {
@@ -428,6 +508,8 @@ describe('render: params', () => {
   });
 
   it('does not validate the address at start-up, and ignores unknown params', () => {
-    expect(() => createRenderStep({ address: '', endpoint: 'ignored', use_openai_format: false, kv_connector: 'kv-nixl' }, up.td.deps)).not.toThrow();
+    expect(() =>
+      createRenderStep({ address: '', endpoint: 'ignored', use_openai_format: false, kv_connector: 'kv-nixl' }, up.td.deps),
+    ).not.toThrow();
   });
 });

@@ -44,7 +44,14 @@ describe('resolveFormat and paths (§2.5)', () => {
 
 describe('capSingleTokenOutput (§2.6)', () => {
   it('chat: caps max_tokens, strips min_tokens, caps an existing max_completion_tokens, forces non-streaming', () => {
-    const body: JsonObject = { max_tokens: 50, min_tokens: 3, max_completion_tokens: 40, stream: true, stream_options: { include_usage: true }, max_output_tokens: 9 };
+    const body: JsonObject = {
+      max_tokens: 50,
+      min_tokens: 3,
+      max_completion_tokens: 40,
+      stream: true,
+      stream_options: { include_usage: true },
+      max_output_tokens: 9,
+    };
     capSingleTokenOutput(body, 'chat');
     expect(body).toEqual({ max_tokens: 1, max_completion_tokens: 1, stream: false, max_output_tokens: 9 });
   });
@@ -122,7 +129,11 @@ describe('extractMultimodalEntries (generate features)', () => {
 
   it('reads one and two images in order', () => {
     expect(
-      extractMultimodalEntries({ mm_hashes: { image: ['abc123'] }, mm_placeholders: { image: [ph(1, 3)] }, kwargs_data: { image: ['tensordata'] } }),
+      extractMultimodalEntries({
+        mm_hashes: { image: ['abc123'] },
+        mm_placeholders: { image: [ph(1, 3)] },
+        kwargs_data: { image: ['tensordata'] },
+      }),
     ).toEqual([{ index: 0, hash: 'abc123', kwargsData: 'tensordata', placeholder: ph(1, 3) }]);
     expect(
       extractMultimodalEntries({
@@ -148,8 +159,14 @@ describe('extractMultimodalEntries (generate features)', () => {
   });
 
   it.each<[string, JsonObject]>([
-    ['placeholder count mismatch', { mm_hashes: { image: ['a', 'b'] }, mm_placeholders: { image: [ph(1, 3)] }, kwargs_data: { image: ['d1', 'd2'] } }],
-    ['kwargs count mismatch', { mm_hashes: { image: ['a', 'b'] }, mm_placeholders: { image: [ph(1, 3), ph(4, 3)] }, kwargs_data: { image: ['d1'] } }],
+    [
+      'placeholder count mismatch',
+      { mm_hashes: { image: ['a', 'b'] }, mm_placeholders: { image: [ph(1, 3)] }, kwargs_data: { image: ['d1', 'd2'] } },
+    ],
+    [
+      'kwargs count mismatch',
+      { mm_hashes: { image: ['a', 'b'] }, mm_placeholders: { image: [ph(1, 3), ph(4, 3)] }, kwargs_data: { image: ['d1'] } },
+    ],
     ['kwargs item wrong type', { mm_hashes: { image: ['a'] }, mm_placeholders: { image: [ph(1, 3)] }, kwargs_data: { image: [42] } }],
     ['mm_hashes not an object', { mm_hashes: 'garbage' }],
     ['mm_hashes.image not an array', { mm_hashes: { image: 'garbage' } }],
@@ -218,7 +235,12 @@ describe('buildMmFeatures', () => {
   it('omits kwargs_data without includeKwargs, and returns null without entries', () => {
     expect(buildMmFeatures(entries, false)).toEqual({
       mm_hashes: { image: ['h0', 'h1'] },
-      mm_placeholders: { image: [{ offset: 1, length: 3 }, { offset: 5, length: 2 }] },
+      mm_placeholders: {
+        image: [
+          { offset: 1, length: 3 },
+          { offset: 5, length: 2 },
+        ],
+      },
     });
     expect(buildMmFeatures([], true)).toBeNull();
   });
@@ -280,21 +302,40 @@ describe('render answers (typed decode)', () => {
         }),
       ),
     );
-    expect(r).toEqual({ tokenIds: [1, 2, 0], hashes: ['a', ''], placeholders: [{ offset: 8, length: 70 }, { offset: 0, length: 0 }], kwargs: ['', 'k'] });
+    expect(r).toEqual({
+      tokenIds: [1, 2, 0],
+      hashes: ['a', ''],
+      placeholders: [
+        { offset: 8, length: 70 },
+        { offset: 0, length: 0 },
+      ],
+      kwargs: ['', 'k'],
+    });
   });
 
   it('treats null / absent fields as unset', () => {
     expect(decodeChatRenderResponse(Buffer.from('null'))).toEqual({ tokenIds: null, hashes: [], placeholders: [], kwargs: [] });
-    expect(decodeChatRenderResponse(Buffer.from('{"features":null}'))).toEqual({ tokenIds: null, hashes: [], placeholders: [], kwargs: [] });
+    expect(decodeChatRenderResponse(Buffer.from('{"features":null}'))).toEqual({
+      tokenIds: null,
+      hashes: [],
+      placeholders: [],
+      kwargs: [],
+    });
   });
 
-  it.each(['[]', '"x"', '{"token_ids":"x"}', '{"token_ids":[1.5]}', '{"features":[]}', '{"features":{"mm_hashes":{"image":[1]}}}', '{"features":{"mm_hashes":{"audio":"x"}}}', '{"features":{"mm_placeholders":{"image":[{"offset":"1"}]}}}'])(
-    'fails to decode %s',
-    (body) => {
-      expect(() => decodeChatRenderResponse(Buffer.from(body))).toThrow(Error);
-      expect(() => decodeChatRenderResponse(Buffer.from(body))).not.toThrow(BadRequestError);
-    },
-  );
+  it.each([
+    '[]',
+    '"x"',
+    '{"token_ids":"x"}',
+    '{"token_ids":[1.5]}',
+    '{"features":[]}',
+    '{"features":{"mm_hashes":{"image":[1]}}}',
+    '{"features":{"mm_hashes":{"audio":"x"}}}',
+    '{"features":{"mm_placeholders":{"image":[{"offset":"1"}]}}}',
+  ])('fails to decode %s', (body) => {
+    expect(() => decodeChatRenderResponse(Buffer.from(body))).toThrow(Error);
+    expect(() => decodeChatRenderResponse(Buffer.from(body))).not.toThrow(BadRequestError);
+  });
 
   it('completions: one element per prompt; null is no elements', () => {
     expect(decodeCompletionsRenderResponse(Buffer.from('[{"token_ids":[3,4],"x":1}]'))).toEqual([[3, 4]]);
