@@ -302,6 +302,7 @@ async function startCompareStack(phase: Phase, args: Args, say: (m: string) => v
           public: envoy.publicPort,
           gateway,
           admin: 0,
+          async: 0,
           extProc: port.extProc,
           render: port.render,
           encode: port.prefill,

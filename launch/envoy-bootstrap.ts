@@ -7,7 +7,7 @@
 import { readFileSync, writeFileSync } from 'node:fs';
 import { isIP } from 'node:net';
 import { join, resolve } from 'node:path';
-import { renderPublicRoutes } from './path-policy';
+import { processorMatches, renderPublicRoutes } from './path-policy';
 
 export type EnvoyBodyMode = 'full_duplex' | 'buffered';
 
@@ -17,6 +17,11 @@ export interface EnvoyBootstrapOptions {
   /** Internal listener the coordinator's side calls re-enter (127.0.0.1). */
   readonly gatewayPort: number;
   readonly adminPort: number;
+  /**
+   * The async processor's entry (127.0.0.1): the pipeline's paths, and an ext_proc stream that tells
+   * the coordinator so (gRPC metadata `x-epd-origin: async-processor`). Never expose it to clients.
+   */
+  readonly asyncPort: number;
   /** The coordinator's gRPC listener, `ip:port`. */
   readonly extProcAddress: string;
   /** Worker addresses by role, `ip:port` (Envoy STATIC clusters need IP literals). */
@@ -49,6 +54,7 @@ export const DEFAULT_ENVOY_BOOTSTRAP: EnvoyBootstrapOptions = {
   publicPort: 8080,
   gatewayPort: 8081,
   adminPort: 19000,
+  asyncPort: 8084,
   extProcAddress: '127.0.0.1:50051',
   encodeAddress: '127.0.0.1:8100',
   prefillAddress: '127.0.0.1:8200',
@@ -169,6 +175,7 @@ function placeholders(o: EnvoyBootstrapOptions): Record<string, string> {
     PUBLIC_PORT: checkPort('publicPort', o.publicPort),
     GATEWAY_PORT: checkPort('gatewayPort', o.gatewayPort),
     ADMIN_PORT: checkPort('adminPort', o.adminPort),
+    ASYNC_PORT: checkPort('asyncPort', o.asyncPort),
     EXTPROC_HOST: ext.host,
     EXTPROC_PORT: String(ext.port),
     ENCODE_HOST: enc.host,
@@ -181,6 +188,11 @@ function placeholders(o: EnvoyBootstrapOptions): Record<string, string> {
     // FULL_DUPLEX_STREAMED requires trailers SEND; buffered mode does not need them.
     REQUEST_TRAILER_MODE: buffered ? 'SKIP' : 'SEND',
     PUBLIC_ROUTES: renderPublicRoutes('              ', String(buffered ? BUFFERED_BODY_LIMIT_BYTES : STREAMING_BODY_LIMIT_BYTES)),
+    ASYNC_ROUTES: renderPublicRoutes(
+      '              ',
+      String(buffered ? BUFFERED_BODY_LIMIT_BYTES : STREAMING_BODY_LIMIT_BYTES),
+      processorMatches(),
+    ),
     ACCESS_LOG_PATH: checkPath(o.accessLogPath),
     EXTPROC_TRANSPORT_SOCKET: extProcTransportSocket(o.extProcTls),
     EXTPROC_STREAM_CAP: extProcStreamCap(o.extProcStreamCap),
@@ -211,6 +223,7 @@ const USAGE = `usage: npx tsx launch/envoy-bootstrap.ts [options]
   --out FILE               write the rendering to FILE (default: stdout)
   --buffered               BUFFERED request bodies (default: FULL_DUPLEX_STREAMED)
   --public-port N          (8080)     --gateway-port N   (8081)     --admin-port N (19000)
+  --async-port N           (8084)     the async processor's entry
   --ext-proc IP:PORT       (127.0.0.1:50051)
   --encode IP:PORT         (127.0.0.1:8100)
   --prefill IP:PORT        (127.0.0.1:8200)
@@ -251,6 +264,9 @@ function parseArgs(argv: string[]): { opts: Partial<EnvoyBootstrapOptions>; out?
         break;
       case '--admin-port':
         opts.adminPort = Number(value());
+        break;
+      case '--async-port':
+        opts.asyncPort = Number(value());
         break;
       case '--ext-proc':
         opts.extProcAddress = value();

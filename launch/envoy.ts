@@ -88,6 +88,9 @@ export interface EnvoyHandle {
   readonly gatewayPort: number;
   readonly publicUrl: string;
   readonly gatewayUrl: string;
+  /** The async processor's entry (the `async` listener). */
+  readonly asyncPort: number;
+  readonly asyncUrl: string;
   readonly configPath: string;
   /** Envoy's own log (`--log-path`). */
   readonly logPath: string;
@@ -158,7 +161,7 @@ export async function startEnvoy(opts: StartEnvoyOptions): Promise<EnvoyHandle> 
   const stderrPath = join(opts.dir, 'envoy.stderr');
   const adminAddressPath = join(opts.dir, 'admin-address');
   const accessLogPath = opts.bootstrap.accessLogPath ?? join(opts.dir, 'access.log');
-  const rendered = renderEnvoyBootstrap({ publicPort: 0, gatewayPort: 0, adminPort: 0, ...opts.bootstrap, accessLogPath });
+  const rendered = renderEnvoyBootstrap({ publicPort: 0, gatewayPort: 0, adminPort: 0, asyncPort: 0, ...opts.bootstrap, accessLogPath });
   writeFileSync(configPath, opts.editConfig ? opts.editConfig(rendered) : rendered);
   writeFileSync(adminAddressPath, '');
 
@@ -226,7 +229,7 @@ export async function startEnvoy(opts: StartEnvoyOptions): Promise<EnvoyHandle> 
           const ready = await httpGet(`${adminUrl}/ready`, 1000);
           if (ready.status === 200 && ready.body.trim() === 'LIVE') {
             ports = await listenerPorts(adminUrl);
-            if (ports.has('public') && ports.has('gateway')) break;
+            if (ports.has('public') && ports.has('gateway') && ports.has('async')) break;
           }
         } catch {
           // admin not accepting yet
@@ -241,6 +244,7 @@ export async function startEnvoy(opts: StartEnvoyOptions): Promise<EnvoyHandle> 
 
   const publicPort = ports.get('public')!;
   const gatewayPort = ports.get('gateway')!;
+  const asyncPort = ports.get('async')!;
   return {
     pid: child.pid!,
     adminUrl,
@@ -248,6 +252,8 @@ export async function startEnvoy(opts: StartEnvoyOptions): Promise<EnvoyHandle> 
     gatewayPort,
     publicUrl: `http://127.0.0.1:${publicPort}`,
     gatewayUrl: `http://127.0.0.1:${gatewayPort}`,
+    asyncPort,
+    asyncUrl: `http://127.0.0.1:${asyncPort}`,
     configPath,
     logPath,
     accessLogPath,

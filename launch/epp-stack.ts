@@ -38,6 +38,8 @@ export interface EppStackPorts {
   /** One port per worker, in order; the name is `sim-<role>-<i>`. */
   readonly workers: ReadonlyArray<{ role: WorkerRole; port: number }>;
   readonly redis?: number;
+  /** Envoy's entry for llm-d-async's dispatches (the `async` listener of launch/epp-topology.ts). */
+  readonly asyncEntry?: number;
   readonly asyncHealth?: number;
   readonly asyncMetrics?: number;
 }
@@ -80,7 +82,7 @@ export async function freeEppStackPorts(workers: readonly WorkerRole[], withAsyn
     eppMetrics: await next(),
     render: await next(),
     workers: [] as Array<{ role: WorkerRole; port: number }>,
-    ...(withAsync ? { redis: await next(), asyncHealth: await next(), asyncMetrics: await next() } : {}),
+    ...(withAsync ? { redis: await next(), asyncEntry: await next(), asyncHealth: await next(), asyncMetrics: await next() } : {}),
   };
   for (const role of workers) ports.workers.push({ role, port: await next() });
   return ports;
@@ -93,7 +95,7 @@ export interface EppStackOptions {
   readonly eppBin: string;
   /** llm-d-inference-sim for every worker and the render service; unset = our sim/. */
   readonly simBin?: string;
-  /** llm-d-async (needs `ports.redis`): the real async processor, dispatching to the public listener. */
+  /** llm-d-async (needs `ports.redis`): the real async processor, dispatching to its own entry (`ports.asyncEntry`), else the public listener. */
   readonly asyncBin?: string;
   /** EPP re-reads the endpoints file on change. Default false (as the seed's launcher). */
   readonly watchFile?: boolean;
@@ -281,6 +283,7 @@ export async function startEppStack(opts: EppStackOptions): Promise<EppStack> {
         coordinatorAddress: `127.0.0.1:${ports.extProc}`,
         eppAddress: `127.0.0.1:${ports.eppGrpc}`,
         accessLogPath: join(dir, 'access.log'),
+        ...(ports.asyncEntry ? { asyncPort: ports.asyncEntry } : {}),
       },
     });
 
@@ -399,7 +402,14 @@ export async function startEppStack(opts: EppStackOptions): Promise<EppStack> {
       );
       const transport = {
         url: `redis://127.0.0.1:${ports.redis}/0`,
-        queues: [{ queue_name: 'request-sortedset', igw_base_url: `http://127.0.0.1:${ports.public}`, result_ttl_seconds: 300 }],
+        // Its own Envoy entry: there the fairness id and objective it stamps are trusted (docs/hardening.md).
+        queues: [
+          {
+            queue_name: 'request-sortedset',
+            igw_base_url: `http://127.0.0.1:${ports.asyncEntry ?? ports.public}`,
+            result_ttl_seconds: 300,
+          },
+        ],
       };
       const ap = await start('llm-d-async', {
         command: opts.asyncBin,
@@ -435,7 +445,7 @@ export async function startEppStack(opts: EppStackOptions): Promise<EppStack> {
           100,
         );
       }
-      say(`llm-d-async dispatching request-sortedset to http://127.0.0.1:${ports.public}`);
+      say(`llm-d-async dispatching request-sortedset to http://127.0.0.1:${ports.asyncEntry ?? ports.public}`);
     }
 
     const adminUrl = `http://127.0.0.1:${ports.admin}`;
@@ -503,7 +513,9 @@ export async function runEppStackCommand(bins: { epp: string; sim?: string; asyn
   const say = (msg: string) => process.stdout.write(`stack: ${msg}\n`);
   const dir = join(REPO_ROOT, '.stack-epp');
   rmSync(dir, { recursive: true, force: true });
-  const ports: EppStackPorts = bins.async ? { ...EPP_STACK_PORTS, redis: 6380, asyncHealth: 8083, asyncMetrics: 9091 } : EPP_STACK_PORTS;
+  const ports: EppStackPorts = bins.async
+    ? { ...EPP_STACK_PORTS, redis: 6380, asyncEntry: 8084, asyncHealth: 8083, asyncMetrics: 9091 }
+    : EPP_STACK_PORTS;
   const planned = [
     ...Object.entries(ports).filter((e): e is [string, number] => typeof e[1] === 'number'),
     ...ports.workers.map((w, i) => [`${w.role}-${i}`, w.port] as [string, number]),

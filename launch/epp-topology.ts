@@ -10,7 +10,8 @@
  * - the Envoy config: the public listener runs our ext_proc filter first and the EPP's second, in
  *   one filter chain, to an ORIGINAL_DST cluster (one Envoy hop for decode); side calls re-enter a
  *   gateway listener that has the EPP's filter alone; an admin listener for readiness; no request
- *   timeout; `/metrics` answered 404 on the public port; an access log with `upstream=` and
+ *   timeout; the path policy of envoy/ on the public port (launch/path-policy.ts: `/metrics` and
+ *   every other path outside the allow-list is Envoy's 404); an access log with `upstream=` and
  *   `prefiller=` beside our dynamic metadata.
  *
  * Pure functions plus a CLI; an external launcher can call {@link writeTopology} or copy the output
@@ -23,6 +24,7 @@ import { request } from 'node:http';
 import { isIPv4 } from 'node:net';
 import { join, resolve } from 'node:path';
 import yaml from 'js-yaml';
+import { allowedMatches, processorMatches, REFUSED_PATH_BODY, REFUSED_PATH_STATUS } from './path-policy';
 
 export type WorkerRole = 'encode' | 'prefill' | 'decode';
 export const WORKER_ROLES: readonly WorkerRole[] = ['encode', 'prefill', 'decode'];
@@ -65,6 +67,13 @@ export interface EnvoyConfigOptions {
   readonly eppAddress: string;
   /** Access-log file for both listeners (`/dev/stdout` for a launcher that collects stdout). */
   readonly accessLogPath: string;
+  /**
+   * The async processor's own entry (llm-d-async's `igw_base_url`), on loopback: the public
+   * listener's chain for the pipeline's paths only, with the gRPC metadata `x-epd-origin:
+   * async-processor` on our ext_proc streams, so that the fairness id and objective the processor
+   * stamps are trusted there (docs/hardening.md). Unset: no such listener.
+   */
+  readonly asyncPort?: number;
 }
 
 export class TopologyError extends Error {
@@ -175,13 +184,13 @@ export function renderEppConfig(opts: EppConfigOptions): string {
  * the prefill worker named on the request (llm-d's `x-prefiller-host-port`, else the prefill pod
  * epd-coordinator pinned with `x-llm-d-pin-host-port`). The public listener adds our metadata.
  */
-export function accessLogFormat(listener: 'public' | 'gateway'): string {
+export function accessLogFormat(listener: 'public' | 'gateway' | 'async'): string {
   const base = [
     `[envoy] listener=${listener} start=%START_TIME% method=%REQ(:METHOD)% path=%REQ(:PATH)% code=%RESPONSE_CODE%`,
     'flags=%RESPONSE_FLAGS% details=%RESPONSE_CODE_DETAILS% cluster=%UPSTREAM_CLUSTER% upstream=%UPSTREAM_HOST%',
     'prefiller=%REQ(X-PREFILLER-HOST-PORT?X-LLM-D-PIN-HOST-PORT)% epp-profile=%REQ(EPP-PROFILE)% id=%REQ(X-REQUEST-ID)% dur=%DURATION%',
   ];
-  if (listener === 'public') {
+  if (listener !== 'gateway') {
     base.push(
       ['request_id', 'path_taken', 'steps', 'total_ms', 'status', 'error_step', 'error_class', 'upstream_status']
         .map((k) => `${k}=%DYNAMIC_METADATA(epd.coordinator:${k})%`)
@@ -207,7 +216,7 @@ const COORDINATOR_FILTER = 'epd-coordinator';
 const ORIGINAL_DST = 'original_destination_cluster';
 const ROUTING_HEADER = 'x-gateway-destination-endpoint';
 
-function fileAccessLog(path: string, listener: 'public' | 'gateway'): unknown[] {
+function fileAccessLog(path: string, listener: 'public' | 'gateway' | 'async'): unknown[] {
   return [
     {
       name: 'envoy.access_loggers.file',
@@ -294,20 +303,24 @@ export function renderEnvoyConfig(o: EnvoyConfigOptions): string {
   const epp = hostPort('eppAddress', o.eppAddress);
   const logPath = checkFilePath('accessLogPath', o.accessLogPath);
   const flush = { access_log_flush_interval: '1s' };
-  const publicListener = {
-    name: 'public',
-    address: { socket_address: { address: o.publicAddress, port_value: checkPort('publicPort', o.publicPort) } },
+  /**
+   * A client-facing entry: `public`, or the async processor's `async` (only the pipeline's paths, and
+   * our ext_proc streams carry the processor's origin as gRPC metadata, which no request can set).
+   */
+  const entryListener = (name: 'public' | 'async', address: string, port: number) => ({
+    name,
+    address: { socket_address: { address, port_value: port } },
     per_connection_buffer_limit_bytes: 1048576,
     filter_chains: [
       {
         filters: [
-          hcm('public', {
+          hcm(name, {
             use_remote_address: true,
             normalize_path: true,
             merge_slashes: true,
             path_with_escaped_slashes_action: 'UNESCAPE_AND_REDIRECT',
             common_http_protocol_options: { headers_with_underscores_action: 'REJECT_REQUEST', max_headers_count: 85 },
-            access_log: fileAccessLog(logPath, 'public'),
+            access_log: fileAccessLog(logPath, name),
             access_log_options: flush,
             http_filters: [
               {
@@ -326,7 +339,10 @@ export function renderEnvoyConfig(o: EnvoyConfigOptions): string {
                 name: COORDINATOR_FILTER,
                 typed_config: {
                   '@type': 'type.googleapis.com/envoy.extensions.filters.http.ext_proc.v3.ExternalProcessor',
-                  grpc_service: { envoy_grpc: { cluster_name: 'epd_coordinator' } },
+                  grpc_service: {
+                    envoy_grpc: { cluster_name: 'epd_coordinator' },
+                    ...(name === 'async' ? { initial_metadata: [{ key: 'x-epd-origin', value: 'async-processor' }] } : {}),
+                  },
                   failure_mode_allow: false,
                   processing_mode: {
                     request_header_mode: 'SEND',
@@ -345,19 +361,27 @@ export function renderEnvoyConfig(o: EnvoyConfigOptions): string {
               router(),
             ],
             route_config: {
-              name: 'public',
+              name,
               virtual_hosts: [
                 {
-                  name: 'public',
+                  name,
                   domains: ['*'],
+                  // The path policy of envoy/ (launch/path-policy.ts, docs/hardening.md): the
+                  // allowed paths go on; anything else (a worker's /metrics, /sleep, /admin/*,
+                  // */render, ...) is Envoy's own 404, before either ext_proc filter.
                   routes: [
+                    ...(name === 'async' ? processorMatches() : allowedMatches()).map((match) => ({
+                      match,
+                      route: { cluster: ORIGINAL_DST, timeout: '0s' },
+                    })),
                     {
-                      // The workers' Prometheus endpoint is not for clients.
-                      match: { path: '/metrics' },
-                      direct_response: { status: 404, body: { inline_string: 'not found\n' } },
+                      match: { prefix: '/' },
+                      direct_response: { status: REFUSED_PATH_STATUS, body: { inline_string: REFUSED_PATH_BODY } },
+                      response_headers_to_add: [
+                        { header: { key: 'content-type', value: 'application/json' }, append_action: 'OVERWRITE_IF_EXISTS_OR_ADD' },
+                      ],
                       typed_per_filter_config: { [COORDINATOR_FILTER]: DISABLED, [EPP_FILTER]: DISABLED },
                     },
-                    { match: { prefix: '/' }, route: { cluster: ORIGINAL_DST, timeout: '0s' } },
                   ],
                 },
               ],
@@ -366,7 +390,9 @@ export function renderEnvoyConfig(o: EnvoyConfigOptions): string {
         ],
       },
     ],
-  };
+  });
+  const publicListener = entryListener('public', o.publicAddress, checkPort('publicPort', o.publicPort));
+  const asyncListener = o.asyncPort === undefined ? [] : [entryListener('async', '127.0.0.1', checkPort('asyncPort', o.asyncPort))];
   const gatewayListener = {
     name: 'gateway',
     address: { socket_address: { address: '127.0.0.1', port_value: checkPort('gatewayPort', o.gatewayPort) } },
@@ -408,7 +434,7 @@ export function renderEnvoyConfig(o: EnvoyConfigOptions): string {
   const doc = {
     admin: { address: { socket_address: { address: '127.0.0.1', port_value: checkPort('adminPort', o.adminPort) } } },
     static_resources: {
-      listeners: [publicListener, gatewayListener],
+      listeners: [publicListener, gatewayListener, ...asyncListener],
       clusters: [
         staticCluster('epd_coordinator', coordinator, {
           per_connection_buffer_limit_bytes: 83886080,
@@ -435,7 +461,7 @@ export function renderEnvoyConfig(o: EnvoyConfigOptions): string {
   return `# Envoy for epd-coordinator + the llm-d EPP (file discovery), written by launch/epp-topology.ts.
 # public ${o.publicAddress}:${o.publicPort}: strip client routing headers -> epd-coordinator -> EPP -> ORIGINAL_DST
 # gateway 127.0.0.1:${o.gatewayPort}: the coordinator's side calls -> EPP -> ORIGINAL_DST
-# admin 127.0.0.1:${o.adminPort}: /ready
+${o.asyncPort === undefined ? '' : `# async 127.0.0.1:${o.asyncPort}: the async processor's entry (x-epd-origin: async-processor) -> epd-coordinator -> EPP -> ORIGINAL_DST\n`}# admin 127.0.0.1:${o.adminPort}: /ready
 ${yaml.dump(doc, { lineWidth: 200, noRefs: true })}`;
 }
 
@@ -539,6 +565,7 @@ const USAGE = `usage: npx tsx launch/epp-topology.ts --out DIR [options]
   --public IP:PORT          client listener (0.0.0.0:8080)
   --gateway-port N          side-call listener on 127.0.0.1 (8081)
   --admin-port N            Envoy admin on 127.0.0.1 (19000)
+  --async-port N            the async processor's entry on 127.0.0.1 (default: none)
   --coordinator IP:PORT     epd-coordinator gRPC (127.0.0.1:50051)
   --epp IP:PORT             EPP ext_proc gRPC (127.0.0.1:9002)
   --access-log PATH         (DIR/access.log)
@@ -552,6 +579,7 @@ export function parseCliArgs(argv: readonly string[]): { dir: string; opts: Topo
   let pub = { host: '0.0.0.0', port: 8080 };
   const envoy = { gatewayPort: 8081, adminPort: 19000, coordinatorAddress: '127.0.0.1:50051', eppAddress: '127.0.0.1:9002' };
   let accessLogPath: string | undefined;
+  let asyncPort: number | undefined;
   let watchFile = false;
   let prefixCache = true;
   for (let i = 0; i < argv.length; i++) {
@@ -584,6 +612,9 @@ export function parseCliArgs(argv: readonly string[]): { dir: string; opts: Topo
       case '--admin-port':
         envoy.adminPort = Number(value());
         break;
+      case '--async-port':
+        asyncPort = Number(value());
+        break;
       case '--coordinator':
         envoy.coordinatorAddress = value();
         break;
@@ -611,7 +642,13 @@ export function parseCliArgs(argv: readonly string[]): { dir: string; opts: Topo
       endpoints,
       watchFile,
       prefixCache,
-      envoy: { ...envoy, publicAddress: pub.host, publicPort: pub.port, ...(accessLogPath ? { accessLogPath } : {}) },
+      envoy: {
+        ...envoy,
+        publicAddress: pub.host,
+        publicPort: pub.port,
+        ...(accessLogPath ? { accessLogPath } : {}),
+        ...(asyncPort !== undefined ? { asyncPort } : {}),
+      },
     },
   };
 }

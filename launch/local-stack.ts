@@ -16,6 +16,8 @@ export interface LocalStackPorts {
   readonly public: number;
   readonly gateway: number;
   readonly admin: number;
+  /** Envoy's async-processor entry (the `async` listener). */
+  readonly async: number;
   readonly extProc: number;
   readonly render: number;
   readonly encode: number;
@@ -32,6 +34,7 @@ export const STACK_PORTS: LocalStackPorts = {
   public: 8080,
   gateway: 8081,
   admin: 19000,
+  async: 8084,
   extProc: 50051,
   render: 8082,
   encode: 8100,
@@ -96,7 +99,7 @@ export interface LocalStack {
 
 /** A distinct free loopback port for every role (no Redis: benchmarks run without the async broker). */
 export async function freeStackPorts(): Promise<LocalStackPorts> {
-  const names = ['public', 'gateway', 'admin', 'extProc', 'render', 'encode', 'prefill', 'decode'] as const;
+  const names = ['public', 'gateway', 'admin', 'async', 'extProc', 'render', 'encode', 'prefill', 'decode'] as const;
   const ports: Partial<Record<(typeof names)[number], number>> = {};
   const taken = new Set<number>();
   for (const n of names) {
@@ -305,6 +308,7 @@ export async function startLocalStack(opts: LocalStackOptions): Promise<LocalSta
         publicPort: ports.public,
         gatewayPort: ports.gateway,
         adminPort: ports.admin,
+        asyncPort: ports.async,
         extProcAddress: `127.0.0.1:${ports.extProc}`,
         encodeAddress: `127.0.0.1:${ports.encode}`,
         prefillAddress: `127.0.0.1:${ports.prefill}`,
@@ -315,7 +319,8 @@ export async function startLocalStack(opts: LocalStackOptions): Promise<LocalSta
     say(`envoy on 127.0.0.1:${envoy.publicPort} (gateway ${envoy.gatewayPort}, admin ${envoy.adminUrl})`);
 
     if (ports.redis) {
-      const ap = tsNode('scripts/async-processor.ts', ['--redis-url', `redis://127.0.0.1:${ports.redis}/0`, '--igw', envoy.publicUrl]);
+      // The processor's own entry: there its stamped fairness id and objective are trusted (docs/hardening.md).
+      const ap = tsNode('scripts/async-processor.ts', ['--redis-url', `redis://127.0.0.1:${ports.redis}/0`, '--igw', envoy.asyncUrl]);
       children.push(
         await startChild({
           name: 'async-processor',
@@ -325,7 +330,7 @@ export async function startLocalStack(opts: LocalStackOptions): Promise<LocalSta
           ready: /^async-processor dispatching/,
         }),
       );
-      say(`async processor dispatching to ${envoy.publicUrl}`);
+      say(`async processor dispatching to ${envoy.asyncUrl} (its own Envoy entry)`);
     }
 
     const running = envoy;

@@ -85,10 +85,22 @@ export function allowedMatches(): Array<{ path: string } | { prefix: string }> {
   ];
 }
 
-/** The public virtual host's routes, as YAML lines indented for envoy.template.yaml. */
-export function renderPublicRoutes(indent: string, bodyBufferLimit: string): string {
+/**
+ * The async processor's entry (envoy/ `async` listener): it dispatches inference requests only, so
+ * only the pipeline's paths are allowed there.
+ */
+export function processorMatches(): Array<{ path: string }> {
+  return PIPELINE_PATHS.map((path) => ({ path }));
+}
+
+/** The public virtual host's routes (or another allow-list's), as YAML lines indented for envoy.template.yaml. */
+export function renderPublicRoutes(
+  indent: string,
+  bodyBufferLimit: string,
+  matches: ReadonlyArray<{ path: string } | { prefix: string }> = allowedMatches(),
+): string {
   const lines: string[] = [];
-  for (const m of allowedMatches()) {
+  for (const m of matches) {
     const [kind, value] = 'path' in m ? ['path', m.path] : ['prefix', m.prefix];
     lines.push(
       `- match: { ${kind}: ${JSON.stringify(value)} }`,

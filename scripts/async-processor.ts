@@ -1,11 +1,12 @@
 /**
  * A stand-in for the llm-d-async processor in the local stack: dequeues what the async-broker step
- * enqueued, dispatches it through Envoy's public listener (without the mode header, so it runs the
- * whole pipeline), and writes the result to the request's mailbox. Same contract as llm-d-async; see
+ * enqueued, dispatches it through Envoy's `async` listener, its own entry (without the mode header,
+ * so it runs the whole pipeline; there the fairness id and objective it stamps are trusted), and
+ * writes the result to the request's mailbox. Same contract as llm-d-async; see
  * launch/async-processor.ts. The real llm-d-async replaces it once its module can be installed.
  *
  *   node --import tsx scripts/async-processor.ts --redis-url redis://127.0.0.1:6380/0 \
- *     --igw http://127.0.0.1:8080 [--queue request-sortedset]
+ *     --igw http://127.0.0.1:8084 [--queue request-sortedset]
  */
 import { TestAsyncProcessor } from '../launch/async-processor';
 

@@ -7,7 +7,7 @@ import { buildPipeline } from './pipeline/builder';
 import { PipelineHandler } from './pipeline/handler';
 import { parseForwardResponseHeaders } from './pipeline/response-headers';
 import { ConfigError } from './config/errors';
-import { headerPolicy, HeaderPolicyError, type HeaderPolicy } from './pipeline/header-policy';
+import { ASYNC_PROCESSOR_ORIGIN, headerPolicy, HeaderPolicyError, type HeaderPolicy } from './pipeline/header-policy';
 import { combineObservers } from './pipeline/observer';
 import { StepRegistry } from './pipeline/registry';
 import type { Route, StepDeps } from './pipeline/step';
@@ -54,12 +54,15 @@ function named(check: () => Promise<boolean>, name: string): ReadinessCheck {
   return check;
 }
 
-/** `server.trusted_client_headers` as a policy; a name it cannot trust stops start-up. */
-function trustedHeaders(names: readonly string[]): HeaderPolicy {
+/** `server.trusted_client_headers` and `server.trusted_origin_headers` as a policy; a name it cannot trust stops start-up. */
+function trustedHeaders(names: readonly string[], originNames: readonly string[]): HeaderPolicy {
+  let key = 'server.trusted_client_headers';
   try {
-    return headerPolicy(names);
+    headerPolicy(names);
+    key = 'server.trusted_origin_headers';
+    return headerPolicy(names, { [ASYNC_PROCESSOR_ORIGIN]: originNames });
   } catch (err) {
-    if (err instanceof HeaderPolicyError) throw new ConfigError('server.trusted_client_headers', err.expected, err.header);
+    if (err instanceof HeaderPolicyError) throw new ConfigError(key, err.expected, err.header);
     throw err;
   }
 }
@@ -81,7 +84,7 @@ export async function startService(config: AppConfig, opts: ServiceOptions = {})
 
   cleanups.push(async () => tls.close());
   try {
-    const policy = trustedHeaders(config.server.trustedClientHeaders);
+    const policy = trustedHeaders(config.server.trustedClientHeaders, config.server.trustedOriginHeaders);
     if (tracing) cleanups.push(() => tracing.shutdown());
     const clients: SideCallClient[] = [];
     cleanups.push(() => Promise.all(clients.map((c) => c.close())));

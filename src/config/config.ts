@@ -29,6 +29,8 @@ export interface AppConfig {
     readonly maxRequestHeaders: number;
     /** `server.trusted_client_headers`, as listed (checked against the header policy at start-up). */
     readonly trustedClientHeaders: readonly string[];
+    /** `server.trusted_origin_headers`: also trusted on the async processor's entry. */
+    readonly trustedOriginHeaders: readonly string[];
     /** TLS on the gRPC listener; `null` = plaintext h2c. */
     readonly tls: TlsFiles | null;
     /** `server.stream_reset_burst` / `stream_reset_rate`: the HTTP/2 sessions' RST_STREAM budget. */
@@ -329,6 +331,10 @@ export function parseConfig(input: unknown, env: NodeJS.ProcessEnv = process.env
       streamIdleTimeoutMs: streamIdleMs,
       maxRequestHeaders,
       trustedClientHeaders: get<string>('server.trusted_client_headers')
+        .split(',')
+        .map((h) => h.trim().toLowerCase())
+        .filter((h) => h !== ''),
+      trustedOriginHeaders: get<string>('server.trusted_origin_headers')
         .split(',')
         .map((h) => h.trim().toLowerCase())
         .filter((h) => h !== ''),

@@ -22,14 +22,16 @@ function headerValueOf(entry: { value: string; raw_value: Buffer }): string {
 
 /**
  * Request headers as the pipeline sees them: lower-case names, first value of each name wins,
- * pseudo-headers out of `headers` (`:method` and `:path` go to their own fields).
+ * pseudo-headers out of `headers` (`:method` and `:path` go to their own fields). `origin` is the
+ * stream's trusted entry (origin.ts), passed through.
  */
-export function decodeRequestHead(map: HeaderMapIn | null | undefined): RequestHead {
+export function decodeRequestHead(map: HeaderMapIn | null | undefined, origin?: string): RequestHead {
   const headers: Record<string, string> = {};
   let method = '';
   let path = '';
   let seenMethod = false;
   let seenPath = false;
+  let later: Record<string, string[]> | undefined;
   const entries = map?.headers ?? [];
   const n = Math.min(entries.length, MAX_DECODED_HEADERS);
   for (let i = 0; i < n; i++) {
@@ -47,10 +49,24 @@ export function decodeRequestHead(map: HeaderMapIn | null | undefined): RequestH
       continue;
     }
     // `__proto__` would replace the record's prototype instead of becoming a header.
-    if (key === '__proto__' || Object.prototype.hasOwnProperty.call(headers, key)) continue;
+    if (key === '__proto__') continue;
+    if (Object.prototype.hasOwnProperty.call(headers, key)) {
+      // A repeated name: the first value is the one read, but Envoy forwards them all, so the
+      // pipeline gets the others too (its header policy judges every value that may pass on).
+      later ??= {};
+      (later[key] ??= []).push(headerValueOf(entry));
+      continue;
+    }
     headers[key] = headerValueOf(entry);
   }
-  return { method, path, headers };
+  const head: { method: string; path: string; headers: Record<string, string>; origin?: string; laterValues?: Record<string, string[]> } = {
+    method,
+    path,
+    headers,
+  };
+  if (origin !== undefined) head.origin = origin;
+  if (later) head.laterValues = later;
+  return head;
 }
 
 const TOKEN = /^[!#$%&'*+\-.^_`|~0-9a-z]+$/;

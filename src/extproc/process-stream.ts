@@ -30,6 +30,7 @@ import { resolveModes, warnUnsupportedMode, type StreamModes } from './body-mode
 import { deliver, releaseBody, type DeliveryContext, type DeliveryOutcome, type RequestShape, type Target } from './deliver';
 import { exceedsHeaderBudget } from './header-budget';
 import { decodeRequestHead } from './headers';
+import { streamOrigin } from './origin';
 import { IdleDeadline } from './idle-deadline';
 import { GRPC_DEADLINE_EXCEEDED, Outbound, type ProcessCall } from './outbound';
 import { RequestBody } from './request-body';
@@ -90,12 +91,15 @@ export class ProcessStream {
    * (a stack trace per request on the normal path).
    */
   private gone: AbortController | null = null;
+  /** The stream's trusted entry (origin.ts), handed to the pipeline with the request head. */
+  private readonly origin: string | undefined;
 
   constructor(
     call: ProcessCall,
     private readonly opts: ProcessStreamOptions,
     private readonly onFinish: () => void,
   ) {
+    this.origin = streamOrigin(call);
     this.out = new Outbound(call, opts.log, (err) => this.fail(err));
     this.idle = new IdleDeadline(opts.streamIdleTimeoutMs ?? 0, () => this.onIdle());
     call.on('data', (msg: ProcessingRequestIn) => this.onMessage(msg));
@@ -159,7 +163,7 @@ export class ProcessStream {
       this.passThroughHeaders();
       return;
     }
-    const decoded = decodeRequestHead(msg.headers);
+    const decoded = decodeRequestHead(msg.headers, this.origin);
     // Counted here, where Envoy's header map is known; the pipeline decides what it means.
     const over = exceedsHeaderBudget(msg.headers, this.opts.maxRequestHeaders ?? 0);
     const head = over ? { ...decoded, headerBudgetExceeded: over } : decoded;

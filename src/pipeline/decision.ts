@@ -45,6 +45,14 @@ export interface RequestHead {
   /** Regular (non-pseudo) headers, lower-case names, first value of each. */
   readonly headers: Record<string, string>;
   /**
+   * The trusted entry the request came through (e.g. `async-processor`), as the protocol layer
+   * established it out of the client's reach; absent for the public entry. The header policy
+   * trusts more headers for a known origin (header-policy.ts).
+   */
+  readonly origin?: string;
+  /** The second and later values of a repeated header name (the proxy forwards them all); absent when none repeats. */
+  readonly laterValues?: Readonly<Record<string, readonly string[]>>;
+  /**
    * Set by the protocol layer when the request's header map leaves no room for the headers a
    * forward may add under the proxy's header-count limit (the proxy would refuse our mutation).
    */

@@ -70,7 +70,7 @@ export class PipelineHandler implements RequestHandler {
   begin(head: RequestHead): Exchange | null {
     const path = stripQuery(head.path);
     // Before anything reads them: untrusted gateway headers go, a non-ASCII value is refused.
-    const screened = screenHeaders(head.headers, this.opts.headerPolicy ?? DEFAULT_HEADER_POLICY);
+    const screened = screenHeaders(head.headers, this.opts.headerPolicy ?? DEFAULT_HEADER_POLICY, head.origin, head.laterValues);
     const refusal = headRefusal(head.headerBudgetExceeded, screened.invalid);
     if (isInferenceRequest(head.method, path) && !this.routeFor(head.method, path)) {
       const exchange = new PipelineExchange(this.opts, path, screened.headers, head.method, screened.removed);

@@ -58,9 +58,19 @@ export const NEVER_TRUSTED: ReadonlySet<string> = new Set([
 export interface HeaderPolicy {
   /** Gateway headers a client may set (lower-case), e.g. the SLO headers. Default none. */
   readonly trusted: ReadonlySet<string>;
+  /**
+   * Gateway headers also trusted on a request that came through a trusted entry, by the entry's
+   * origin ({@link RequestHead.origin}, a fact the protocol layer vouches for: for Envoy, gRPC
+   * metadata its filter adds, which a client cannot set). E.g. `async-processor` -> the fairness
+   * id and objective llm-d-async stamps on its dispatches. Default none.
+   */
+  readonly origins?: ReadonlyMap<string, ReadonlySet<string>>;
 }
 
 export const DEFAULT_HEADER_POLICY: HeaderPolicy = { trusted: new Set() };
+
+/** The origin of the async processor's entry (envoy/: the `async` listener's ext_proc metadata). */
+export const ASYNC_PROCESSOR_ORIGIN = 'async-processor';
 
 /** Why a trusted-header list is unusable; the config layer reports it against its key. */
 export class HeaderPolicyError extends Error {
@@ -79,7 +89,13 @@ export class HeaderPolicyError extends Error {
  * The policy from an operator's list. Only names of {@link GATEWAY_HEADERS} make sense (any other
  * header already passes); the routing names of {@link NEVER_TRUSTED} are refused.
  */
-export function headerPolicy(trusted: readonly string[]): HeaderPolicy {
+export function headerPolicy(trusted: readonly string[], origins: Readonly<Record<string, readonly string[]>> = {}): HeaderPolicy {
+  const byOrigin = new Map<string, ReadonlySet<string>>();
+  for (const [origin, names] of Object.entries(origins)) byOrigin.set(origin, trustedSet(names));
+  return { trusted: trustedSet(trusted), ...(byOrigin.size > 0 ? { origins: byOrigin } : {}) };
+}
+
+function trustedSet(trusted: readonly string[]): ReadonlySet<string> {
   const set = new Set<string>();
   for (const raw of trusted) {
     const name = raw.trim().toLowerCase();
@@ -93,7 +109,7 @@ export function headerPolicy(trusted: readonly string[]): HeaderPolicy {
       );
     set.add(name);
   }
-  return { trusted: set };
+  return set;
 }
 
 /** Space, tab and the visible ASCII characters: what a header value we pass on may contain. */
@@ -108,17 +124,27 @@ export interface ScreenedHeaders {
   readonly invalid: string | undefined;
 }
 
-/** Applies the policy to a request's headers (lower-case names, as the protocol layer gives them). */
-export function screenHeaders(headers: Readonly<Record<string, string>>, policy: HeaderPolicy): ScreenedHeaders {
+/**
+ * Applies the policy to a request's headers (lower-case names, as the protocol layer gives them).
+ * `origin` is the trusted entry the request came through, if any; an unknown origin trusts nothing more.
+ */
+export function screenHeaders(
+  headers: Readonly<Record<string, string>>,
+  policy: HeaderPolicy,
+  origin?: string,
+  /** Later values of repeated names (RequestHead.laterValues): a kept header passes on with all of them. */
+  laterValues?: Readonly<Record<string, readonly string[]>>,
+): ScreenedHeaders {
   const kept: Record<string, string> = {};
   const removed: string[] = [];
   let invalid: string | undefined;
+  const fromOrigin = origin === undefined ? undefined : policy.origins?.get(origin);
   for (const [name, value] of Object.entries(headers)) {
-    if (GATEWAY_HEADERS.has(name) && !policy.trusted.has(name)) {
+    if (GATEWAY_HEADERS.has(name) && !policy.trusted.has(name) && !fromOrigin?.has(name)) {
       removed.push(name);
       continue;
     }
-    if (!VISIBLE_ASCII.test(value)) {
+    if (!VISIBLE_ASCII.test(value) || laterValues?.[name]?.some((v) => !VISIBLE_ASCII.test(v))) {
       // The service replaces a bad request id with its own (request-id.ts) rather than refusing it.
       if (name === 'x-request-id') continue;
       invalid ??= name;

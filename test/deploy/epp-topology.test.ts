@@ -4,7 +4,7 @@
  * Running them against the real EPP is test/peers/ (needs PEERS_BIN).
  */
 import { spawnSync } from 'node:child_process';
-import { closeSync, mkdtempSync, openSync, readFileSync, rmSync } from 'node:fs';
+import { closeSync, mkdtempSync, openSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import yaml from 'js-yaml';
@@ -21,6 +21,7 @@ import {
   type TopologyOptions,
 } from '../../launch/epp-topology';
 import { ensureEnvoy } from '../../launch/envoy';
+import { allowedMatches, PIPELINE_PATHS, REFUSED_PATH_BODY } from '../../launch/path-policy';
 
 type Json = Record<string, any>;
 
@@ -112,10 +113,15 @@ describe('no-Kubernetes topology files (launch/epp-topology.ts)', () => {
     const stripped = (pub['http_filters'][0]['typed_config']['mutations']['request_mutations'] as Json[]).map((m) => m['remove']);
     expect(stripped).toEqual(expect.arrayContaining(['epp-profile', 'x-gateway-destination-endpoint', 'prefer', 'x-llm-d-pin-host-port']));
     const routes = pub['route_config']['virtual_hosts'][0]['routes'] as Json[];
-    expect(routes[0]).toMatchObject({ match: { path: '/metrics' }, direct_response: { status: 404 } });
-    expect(Object.keys(routes[0]!['typed_per_filter_config'])).toEqual(['epd-coordinator', 'epp.ext_proc']);
+    // The path policy of envoy/: the allow-list of launch/path-policy.ts, then Envoy's own 404
+    // for everything else, with neither ext_proc filter running.
+    const allowed = routes.slice(0, -1);
+    expect(allowed.map((r) => r['match'])).toEqual(allowedMatches());
     // No request timeout anywhere on the way to the model.
-    expect(routes[1]).toEqual({ match: { prefix: '/' }, route: { cluster: 'original_destination_cluster', timeout: '0s' } });
+    for (const r of allowed) expect(r['route']).toEqual({ cluster: 'original_destination_cluster', timeout: '0s' });
+    const refused = routes[routes.length - 1]!;
+    expect(refused).toMatchObject({ match: { prefix: '/' }, direct_response: { status: 404, body: { inline_string: REFUSED_PATH_BODY } } });
+    expect(Object.keys(refused['typed_per_filter_config'])).toEqual(['epd-coordinator', 'epp.ext_proc']);
     expect(pub['request_timeout']).toBe('0s');
     const odst = (envoy['static_resources']['clusters'] as Json[]).find((c) => c['name'] === 'original_destination_cluster')!;
     expect(odst).toMatchObject({
@@ -123,6 +129,30 @@ describe('no-Kubernetes topology files (launch/epp-topology.ts)', () => {
       lb_policy: 'CLUSTER_PROVIDED',
       original_dst_lb_config: { use_http_header: true, http_header_name: 'x-gateway-destination-endpoint' },
     });
+  });
+
+  test("Envoy async listener (llm-d-async's entry): only with asyncPort; loopback; the public chain for the pipeline's paths; our streams carry the processor origin", () => {
+    const listeners = (doc: Json): Json[] => doc['static_resources']['listeners'] as Json[];
+    expect(listeners(envoy).map((l) => l['name'])).toEqual(['public', 'gateway']);
+    const withAsync = yaml.load(renderEnvoyConfig({ ...OPTS.envoy, accessLogPath: '/dev/stdout', asyncPort: 8084 })) as Json;
+    const entry = listeners(withAsync).find((l) => l['name'] === 'async')!;
+    expect(entry['address']['socket_address']).toEqual({ address: '127.0.0.1', port_value: 8084 });
+    const h = entry['filter_chains'][0]['filters'][0]['typed_config'];
+    expect((h['http_filters'] as Json[]).map((f) => f['name'])).toEqual([
+      'strip-routing-headers',
+      'epd-coordinator',
+      'epp.ext_proc',
+      'envoy.filters.http.router',
+    ]);
+    expect(h['http_filters'][1]['typed_config']['grpc_service']['initial_metadata']).toEqual([
+      { key: 'x-epd-origin', value: 'async-processor' },
+    ]);
+    // The public listener's streams never carry it.
+    const pub = listeners(withAsync).find((l) => l['name'] === 'public')!['filter_chains'][0]['filters'][0]['typed_config'];
+    expect(pub['http_filters'][1]['typed_config']['grpc_service']['initial_metadata']).toBeUndefined();
+    const routes = h['route_config']['virtual_hosts'][0]['routes'] as Json[];
+    expect(routes.slice(0, -1).map((r) => r['match'])).toEqual(PIPELINE_PATHS.map((path) => ({ path })));
+    expect(routes[routes.length - 1]).toMatchObject({ match: { prefix: '/' }, direct_response: { status: 404 } });
   });
 
   test("Envoy gateway listener (side calls): the EPP's filter alone, loopback, 400 without epp-profile", () => {
@@ -194,21 +224,29 @@ describe('no-Kubernetes topology files (launch/epp-topology.ts)', () => {
 
   const validateTitle = 'Envoy accepts the generated Envoy config (envoy --mode validate)';
   (envoyBin ? test : test.skip)(envoyBin ? validateTitle : `${validateTitle} (skipped: no Envoy binary)`, () => {
-    const logFile = join(dir, 'validate.log');
-    const fd = openSync(logFile, 'w');
-    let status: number | null;
-    try {
-      status = spawnSync(envoyBin!, ['--mode', 'validate', '-c', join(dir, 'envoy.yaml'), '--log-level', 'warn'], {
-        stdio: ['ignore', fd, fd],
-        timeout: 60_000,
-      }).status;
-    } finally {
-      closeSync(fd);
+    // The default files, and the Envoy config with the async processor's entry.
+    writeFileSync(
+      join(dir, 'envoy-async.yaml'),
+      renderEnvoyConfig({ ...OPTS.envoy, accessLogPath: join(dir, 'access.log'), asyncPort: 8084 }),
+    );
+    for (const file of ['envoy.yaml', 'envoy-async.yaml']) {
+      const logFile = join(dir, `validate-${file}.log`);
+      const fd = openSync(logFile, 'w');
+      let status: number | null;
+      try {
+        status = spawnSync(envoyBin!, ['--mode', 'validate', '-c', join(dir, file), '--log-level', 'warn'], {
+          stdio: ['ignore', fd, fd],
+          timeout: 60_000,
+        }).status;
+      } finally {
+        closeSync(fd);
+      }
+      // Warnings (deprecated fields) count as failures too: the file is meant to be copied as it is.
+      expect({ file, status, out: readFileSync(logFile, 'utf8').slice(-3000) }).toEqual({
+        file,
+        status: 0,
+        out: expect.not.stringMatching(/\]\[(warning|error|critical)\]/),
+      });
     }
-    // Warnings (deprecated fields) count as failures too: the file is meant to be copied as it is.
-    expect({ status, out: readFileSync(logFile, 'utf8').slice(-3000) }).toEqual({
-      status: 0,
-      out: expect.not.stringMatching(/\]\[(warning|error|critical)\]/),
-    });
   });
 });

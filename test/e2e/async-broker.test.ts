@@ -1,7 +1,8 @@
 /**
  * Issue #5 acceptance through the real Envoy and a real Redis: the async-broker step first in the
- * pipeline, the test processor dispatching queued work back through Envoy's public listener (so it
- * re-enters the pipeline without the mode header), and the result routes answered through Envoy.
+ * pipeline, the test processor dispatching queued work back through Envoy's `async` listener, its
+ * own entry (so it re-enters the pipeline without the mode header, and the fairness id and
+ * objective it stamps are trusted there and nowhere else), and the result routes answered through Envoy.
  */
 import { request } from 'undici';
 import { RedisServer } from '../support/redis';
@@ -27,8 +28,14 @@ let redisServer: RedisServer;
 let stack: Stack;
 let ap: TestAsyncProcessor;
 
-async function call(method: string, path: string, headers: Record<string, string> = {}, body?: unknown): Promise<Answer> {
-  const res = await request(stack.publicUrl + path, {
+async function call(
+  method: string,
+  path: string,
+  headers: Record<string, string> = {},
+  body?: unknown,
+  base = stack.publicUrl,
+): Promise<Answer> {
+  const res = await request(base + path, {
     method: method as 'GET',
     headers: body === undefined ? headers : { 'content-type': 'application/json', ...headers },
     body: body === undefined ? undefined : JSON.stringify(body),
@@ -65,9 +72,6 @@ beforeAll(async () => {
   stack = await startStack({
     // Prefill and decode take a little while, so concurrent requests overlap in the pipeline.
     simulator: { timeToFirstTokenMs: 300 },
-    // The processor's dispatches re-enter through the public listener with the fairness id it
-    // stamped; the header policy would remove it unless trusted (docs/hardening.md).
-    trustedClientHeaders: ['x-llm-d-inference-fairness-id'],
     steps: (urls) => [
       {
         type: 'async-broker',
@@ -87,7 +91,7 @@ beforeAll(async () => {
   });
   ap = new TestAsyncProcessor({
     redisUrl: redisServer.url(),
-    queues: [{ queueName: QUEUE, igwBaseUrl: stack.publicUrl, resultTtlSeconds: 600 }],
+    queues: [{ queueName: QUEUE, igwBaseUrl: stack.asyncUrl, resultTtlSeconds: 600, inferenceObjective: 'queued-batch' }],
   });
 }, 120_000);
 
@@ -260,3 +264,59 @@ test('Redis stopped: passthrough still succeeds, enqueue 503; after a restart en
     200,
   );
 }, 60_000);
+
+test("trust boundary: a client fairness id or objective never reaches a worker; the processor's stamp through its own entry does", async () => {
+  // Everything a client could try, the origin marker as an HTTP header included (the real one is gRPC metadata).
+  const spoof = {
+    'x-llm-d-inference-fairness-id': 'spoofed',
+    'x-gateway-inference-fairness-id': 'spoofed',
+    'x-llm-d-inference-objective': 'self-assigned',
+    'x-gateway-inference-objective': 'self-assigned',
+    'x-epd-origin': 'async-processor',
+  };
+  const gatewayHeaders = (r: RecordedRequest) => ({
+    fairness: r.headers['x-llm-d-inference-fairness-id'],
+    fairnessOld: r.headers['x-gateway-inference-fairness-id'],
+    objective: r.headers['x-llm-d-inference-objective'],
+    objectiveOld: r.headers['x-gateway-inference-objective'],
+  });
+  const legsOf = (content: string): RecordedRequest[] =>
+    [...stack.sims.prefill.requests, ...stack.sims.decode.requests].filter((r) => JSON.stringify(r.json ?? {}).includes(content));
+  const none = { fairness: undefined, fairnessOld: undefined, objective: undefined, objectiveOld: undefined };
+
+  // The public listener, no mode header: the broker does nothing, the header policy removes them all.
+  const pub = await post(undefined, nextId(), 'public spoof', spoof);
+  expect(pub.status).toBe(200);
+  const pubLegs = legsOf('public spoof');
+  expect(pubLegs.map((r) => r.headers['epp-profile']).sort()).toEqual(['decode', 'prefill']);
+  for (const leg of pubLegs) expect(gatewayHeaders(leg)).toEqual(none);
+
+  // Queued with the same headers: the processor's dispatch through its entry carries its own stamp.
+  const id = nextId();
+  expect((await post('enqueue', id, 'stamped by the processor', spoof)).status).toBe(202);
+  await ap.runOnce();
+  const queuedLegs = legsOf('stamped by the processor');
+  expect(queuedLegs.map((r) => r.headers['epp-profile']).sort()).toEqual(['decode', 'prefill']);
+  for (const leg of queuedLegs) expect(gatewayHeaders(leg)).toEqual({ ...none, fairness: 'acme', objectiveOld: 'queued-batch' });
+  expect((await fetchResult(id)).status).toBe(200);
+
+  // The entry trusts only the configured headers (not the deprecated fairness alias), and only
+  // serves the pipeline's paths.
+  const direct = await call(
+    'POST',
+    '/v1/chat/completions',
+    { 'x-request-id': nextId(), ...spoof },
+    chat('direct to the entry'),
+    stack.asyncUrl,
+  );
+  expect(direct.status).toBe(200);
+  for (const leg of legsOf('direct to the entry')) {
+    expect(gatewayHeaders(leg)).toEqual({
+      fairness: 'spoofed',
+      fairnessOld: undefined,
+      objective: 'self-assigned',
+      objectiveOld: 'self-assigned',
+    });
+  }
+  expect((await call('GET', '/v1/models', {}, undefined, stack.asyncUrl)).status).toBe(404);
+});

@@ -356,7 +356,7 @@ suite(`real peers: Envoy + llm-d EPP (file discovery) + llm-d-inference-sim + ll
     }
     expect(got.status).toBe(200);
     expect(at(await got.json(), 'choices', 0, 'message', 'content')).toBe(prompt);
-    // llm-d-async dispatched it back through the public listener, and the whole cascade ran for it.
+    // llm-d-async dispatched it back through its own entry (the async listener), and the whole cascade ran for it.
     const byPrompt = (role: WorkerRole) => simRequestsMatching(simLogs(role), (r) => r.body.includes(prompt));
     const [dispatched] = await eventually(
       () => byPrompt('decode'),
@@ -365,11 +365,14 @@ suite(`real peers: Envoy + llm-d EPP (file discovery) + llm-d-inference-sim + ll
     );
     expect(at(dispatched!.json, 'kv_transfer_params', 'do_remote_prefill')).toBe(true);
     expect(byPrompt('prefill')).toHaveLength(1);
+    // The fairness id llm-d-async stamped (the tenant: no X-Team is `default`) is trusted on its
+    // entry and reached the worker; through the public listener it would have been removed.
+    expect(dispatched!.headers['x-llm-d-inference-fairness-id']).toBe('default');
     const apId = dispatched!.headers['x-request-id']!;
     expect(apId).not.toBe(job);
     await waitAccess(
       apId,
-      (ls) => ls.some((l) => l['listener'] === 'public' && l['code'] === '200' && l['path_taken'] === 'cascade'),
+      (ls) => ls.some((l) => l['listener'] === 'async' && l['code'] === '200' && l['path_taken'] === 'cascade'),
       "the AP's dispatch",
     );
 

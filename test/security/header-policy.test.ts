@@ -125,6 +125,24 @@ describe.each(['full_duplex', 'buffered'] as const)('the header policy through E
     expect(allLegs()).toHaveLength(0);
   });
 
+  test('a repeated header whose later value is not visible ASCII (Envoy forwards every value): 400 naming it, no leg runs', async () => {
+    const res = await request(`${stack.publicUrl}/v1/chat/completions`, {
+      method: 'POST',
+      headers: {
+        'content-type': 'application/json',
+        'x-client-note': ['fine', latin1],
+        'x-request-id': `rep-${bodyMode.replace('_', '-')}`,
+      },
+      body: JSON.stringify(imageChat),
+    });
+    const body = (await res.body.json()) as { error: { message: string } };
+    expect(res.statusCode).toBe(400);
+    expect(body.error.message).toBe(
+      `header "x-client-note" has a value that is not visible ASCII (request_id: rep-${bodyMode.replace('_', '-')})`,
+    );
+    expect(allLegs()).toHaveLength(0);
+  });
+
   test('the same non-ASCII value on an untrusted gateway header is just removed: the request is served', async () => {
     const res = await request(`${stack.publicUrl}/v1/chat/completions`, {
       method: 'POST',

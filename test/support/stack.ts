@@ -55,6 +55,8 @@ export interface Stack {
   readonly publicUrl: string;
   /** Envoy's internal gateway listener (side calls). */
   readonly gatewayUrl: string;
+  /** Envoy's async-processor entry (trusted origin `async-processor`). */
+  readonly asyncUrl: string;
   readonly envoy: EnvoyHandle;
   readonly service: RunningService;
   readonly config: AppConfig;
@@ -152,6 +154,7 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
     return {
       publicUrl: runningEnvoy.publicUrl,
       gatewayUrl: runningEnvoy.gatewayUrl,
+      asyncUrl: runningEnvoy.asyncUrl,
       envoy: runningEnvoy,
       service: service!,
       config,

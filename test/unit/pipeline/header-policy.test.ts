@@ -66,6 +66,16 @@ describe('screenHeaders', () => {
     expect(screenHeaders({ 'x-a': 'tab\there ~!' }, DEFAULT_HEADER_POLICY).invalid).toBeUndefined();
   });
 
+  test('a repeated header passes on with every value: a later non-ASCII one is named too; a removed gateway header never counts', () => {
+    expect(screenHeaders({ 'x-a': 'ok' }, DEFAULT_HEADER_POLICY, undefined, { 'x-a': ['fine', '\xff'] }).invalid).toBe('x-a');
+    expect(screenHeaders({ 'x-a': 'ok' }, DEFAULT_HEADER_POLICY, undefined, { 'x-a': ['fine'] }).invalid).toBeUndefined();
+    expect(
+      screenHeaders({ 'x-llm-d-inference-fairness-id': 'a' }, DEFAULT_HEADER_POLICY, undefined, {
+        'x-llm-d-inference-fairness-id': ['\xff'],
+      }).invalid,
+    ).toBeUndefined();
+  });
+
   test('a role or pod header cannot be trusted, and an unknown name is a mistake', () => {
     expect(() => headerPolicy(['epp-profile'])).toThrow(HeaderPolicyError);
     expect(() => headerPolicy(['x-gateway-destination-endpoint'])).toThrow(HeaderPolicyError);
@@ -80,6 +90,36 @@ describe('screenHeaders', () => {
     await expect(startService(config, { log: silentLogger() })).rejects.toThrow(ConfigError);
     await expect(startService(config, { log: silentLogger() })).rejects.toThrow(
       /server\.trusted_client_headers: expected a header other than epp-profile/,
+    );
+  });
+
+  test('an origin trusts its own headers only on requests from that origin, with the same value rule', () => {
+    const policy = headerPolicy([], { 'async-processor': ['x-llm-d-inference-fairness-id'] });
+    const sent = { 'x-llm-d-inference-fairness-id': 'acme', 'x-gateway-inference-fairness-id': 'acme' };
+    expect(screenHeaders(sent, policy).headers).toEqual({});
+    expect(screenHeaders(sent, policy, 'some-other-origin').headers).toEqual({});
+    const s = screenHeaders(sent, policy, 'async-processor');
+    expect(s.headers).toEqual({ 'x-llm-d-inference-fairness-id': 'acme' });
+    expect(s.removed).toEqual(['x-gateway-inference-fairness-id']);
+    expect(screenHeaders({ 'x-llm-d-inference-fairness-id': '\xff' }, policy, 'async-processor').invalid).toBe(
+      'x-llm-d-inference-fairness-id',
+    );
+    expect(() => headerPolicy([], { 'async-processor': ['epp-profile'] })).toThrow(HeaderPolicyError);
+  });
+
+  test("server.trusted_origin_headers: the processor's stamps by default; a bad name stops start-up under its key", async () => {
+    expect(parseConfig({}, {}).server.trustedOriginHeaders).toEqual([
+      'x-llm-d-inference-fairness-id',
+      'x-llm-d-inference-objective',
+      'x-gateway-inference-objective',
+    ]);
+    expect(parseConfig({ server: { trusted_origin_headers: [] } }, {}).server.trustedOriginHeaders).toEqual([]);
+    const config = parseConfig(
+      { server: { listen_addr: '127.0.0.1:0', metrics_addr: 'off', trusted_origin_headers: ['x-gateway-destination-endpoint'] } },
+      {},
+    );
+    await expect(startService(config, { log: silentLogger() })).rejects.toThrow(
+      /server\.trusted_origin_headers: expected a header other than/,
     );
   });
 
@@ -132,6 +172,28 @@ describe('PipelineHandler with the header policy', () => {
     expect(d.setHeaders['epp-profile']).toBe('decode');
     const expected = [...GATEWAY_HEADERS.keys()].filter((h) => h !== 'x-llm-d-inference-objective' && h !== 'epp-profile');
     expect([...d.removeHeaders].sort()).toEqual(expected.sort());
+  });
+
+  test("the async processor's origin: its fairness id reaches side calls and the forward; from a client it does not", async () => {
+    const h = new PipelineHandler({
+      steps: [sideCall, decode],
+      maxBodyBytes: 1024,
+      log: silentLogger(),
+      headerPolicy: headerPolicy([], { 'async-processor': ['x-llm-d-inference-fairness-id'] }),
+    });
+    const headers = { 'x-llm-d-inference-fairness-id': 'acme' };
+    const fromClient = (await h
+      .begin({ method: 'POST', path: '/v1/chat/completions', headers })!
+      .complete(Buffer.from('{}'))) as ForwardDecision;
+    expect(fromClient.removeHeaders).toEqual(['x-llm-d-inference-fairness-id']);
+    for (const seenHeaders of seen) expect(seenHeaders).not.toHaveProperty('x-llm-d-inference-fairness-id');
+    seen = [];
+    const fromProcessor = (await h
+      .begin({ method: 'POST', path: '/v1/chat/completions', headers, origin: 'async-processor' })!
+      .complete(Buffer.from('{}'))) as ForwardDecision;
+    expect(fromProcessor.removeHeaders).toEqual([]);
+    expect(seen).toHaveLength(2);
+    for (const seenHeaders of seen) expect(seenHeaders['x-llm-d-inference-fairness-id']).toBe('acme');
   });
 
   test('a trusted SLO header reaches side calls and stays on the forward', async () => {
