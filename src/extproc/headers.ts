@@ -53,7 +53,8 @@ export function decodeRequestHead(map: HeaderMapIn | null | undefined, origin?: 
     if (Object.prototype.hasOwnProperty.call(headers, key)) {
       // A repeated name: the first value is the one read, but Envoy forwards them all, so the
       // pipeline gets the others too (its header policy judges every value that may pass on).
-      later ??= {};
+      // No prototype: a header named `constructor` or `toString` is a name like any other.
+      later ??= Object.create(null) as Record<string, string[]>;
       (later[key] ??= []).push(headerValueOf(entry));
       continue;
     }

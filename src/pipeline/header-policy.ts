@@ -144,7 +144,8 @@ export function screenHeaders(
       removed.push(name);
       continue;
     }
-    if (!VISIBLE_ASCII.test(value) || laterValues?.[name]?.some((v) => !VISIBLE_ASCII.test(v))) {
+    const later = laterValues && Object.hasOwn(laterValues, name) ? laterValues[name] : undefined;
+    if (!VISIBLE_ASCII.test(value) || later?.some((v) => !VISIBLE_ASCII.test(v))) {
       // The service replaces a bad request id with its own (request-id.ts) rather than refusing it.
       if (name === 'x-request-id') continue;
       invalid ??= name;

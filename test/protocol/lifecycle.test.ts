@@ -231,7 +231,7 @@ describe('body mode selection', () => {
 });
 
 describe('request head decoding', () => {
-  it('reads raw_value, lower-cases names, keeps the first value, takes pseudo-headers out', async () => {
+  it('reads raw_value, lower-cases names, keeps the first value (the later ones apart), takes pseudo-headers out', async () => {
     const s = fd.client.open();
     s.sendHeaders(
       [
@@ -249,6 +249,8 @@ describe('request head decoding', () => {
       method: 'POST',
       path: '/v1/completions?x=1',
       headers: { 'x-mixed-case': 'first', 'x-bytes': 'caf\u00e9' },
+      // Envoy forwards every value of a repeated name, so the header policy sees them all.
+      laterValues: { 'x-mixed-case': ['second'] },
     });
     s.end();
     await s.status;
@@ -263,6 +265,7 @@ describe('request head decoding', () => {
         ['__proto__', 'x'],
         ['constructor', 'c'],
         ['tostring', 't'],
+        ['constructor', 'again'],
       ],
       {
         requestBodyMode: 'FULL_DUPLEX_STREAMED',
@@ -272,6 +275,8 @@ describe('request head decoding', () => {
     const head = fd.handler.heads[0]!;
     expect(Object.getPrototypeOf(head.headers)).toBe(Object.prototype);
     expect(head.headers).toEqual({ constructor: 'c', tostring: 't' });
+    // A repeated `constructor` is a later value like any other (it once hit Object's own property).
+    expect({ ...head.laterValues }).toEqual({ constructor: ['again'] });
     s.end();
     await s.status;
   });
