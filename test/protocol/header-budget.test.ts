@@ -338,9 +338,9 @@ describe('every header the forward can add is counted', () => {
         'connectors/kv/nixl.ts decodeHeaders HEADER_DATA_PARALLEL_RANK', // x-data-parallel-rank
         'extproc/responses.ts extraSet content-length',
         'observability/tracing.ts stampHeader TRACEPARENT', // traceparent
-        'pipeline/handler.ts setHeaders { ...ctx.stampedHeaders() }',
-        'pipeline/handler.ts setHeaders { ...ctx.stampedHeaders(), ...ctx.relayedHeaders(), ...ctx.decode.headers }', // relayed: FORWARD_CONFIGURABLE_HEADERS
-        "pipeline/handler.ts setHeaders { 'epp-profile': 'decode', 'x-request-id': this.requestId }", // passthrough, as upstream
+        'pipeline/pipeline-exchange.ts setHeaders { ...ctx.stampedHeaders() }',
+        'pipeline/pipeline-exchange.ts setHeaders { ...ctx.stampedHeaders(), ...ctx.relayedHeaders(), ...ctx.decode.headers }', // relayed: FORWARD_CONFIGURABLE_HEADERS
+        "pipeline/exchanges.ts setHeaders { 'epp-profile': 'decode', 'x-request-id': this.requestId }", // passthrough, as upstream
         'steps/async-broker/step.ts stampHeader name', // clearHeader: only a header the client sent
         'steps/async-broker/step.ts stampHeader this.config.fairnessHeader', // configurable name
         'steps/async-broker/step.ts stampHeader this.config.objectiveHeader', // configurable name
