@@ -6,6 +6,7 @@
  *
  * The binaries are prebuilt by the operator; nothing here builds them.
  */
+import { redisServerArgs } from './redis-args';
 import { mkdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import yaml from 'js-yaml';
@@ -332,20 +333,7 @@ export async function startEppStack(opts: EppStackOptions): Promise<EppStack> {
       children.push(
         await start('redis', {
           command: process.env['REDIS_SERVER_BIN'] ?? 'redis-server',
-          args: [
-            '--port',
-            String(ports.redis),
-            '--bind',
-            '127.0.0.1',
-            '--save',
-            '',
-            '--appendonly',
-            'no',
-            '--dir',
-            redisDir,
-            '--notify-keyspace-events',
-            'Kl',
-          ],
+          args: redisServerArgs(ports.redis, redisDir),
           ready: /Ready to accept connections/,
         }),
       );

@@ -3,6 +3,7 @@
  * decode), the coordinator CLI and Envoy with the shipped bootstrap. Shared by `npm run stack`
  * (fixed ports) and `npm run bench` (free ports).
  */
+import { redisServerArgs } from './redis-args';
 import { execFileSync } from 'node:child_process';
 import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
@@ -257,21 +258,7 @@ export async function startLocalStack(opts: LocalStackOptions): Promise<LocalSta
         await startChild({
           name: 'redis',
           command: process.env['REDIS_SERVER_BIN'] ?? 'redis-server',
-          // Loopback only, no persistence; keyspace notifications wake waiting requests.
-          args: [
-            '--port',
-            String(ports.redis),
-            '--bind',
-            '127.0.0.1',
-            '--save',
-            '',
-            '--appendonly',
-            'no',
-            '--dir',
-            redisDir,
-            '--notify-keyspace-events',
-            'Kl',
-          ],
+          args: redisServerArgs(ports.redis, redisDir),
           cwd: REPO_ROOT,
           logPath: join(dir, 'redis.log'),
           ready: /Ready to accept connections/,

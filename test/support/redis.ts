@@ -2,6 +2,7 @@
  * A real redis-server for tests: loopback only, a free port, a temp dir, no persistence. It can be
  * stopped and restarted on the same port mid-test (the "Redis went away" faults).
  */
+import { redisServerArgs } from '../../launch/redis-args';
 import { spawn, type ChildProcess } from 'node:child_process';
 import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
@@ -60,24 +61,13 @@ export class RedisServer {
 
   private async launch(): Promise<void> {
     const args = [
-      '--port',
-      String(this.port),
-      '--bind',
-      '127.0.0.1',
-      '--save',
-      '',
-      '--appendonly',
-      'no',
-      '--dir',
-      this.dir,
+      ...redisServerArgs(this.port, this.dir, this.opts.notifyKeyspaceEvents ?? 'Kl'),
       '--daemonize',
       'no',
       '--protected-mode',
       'yes',
       '--maxmemory-policy',
       'noeviction',
-      '--notify-keyspace-events',
-      this.opts.notifyKeyspaceEvents ?? 'Kl',
       ...(this.opts.extraArgs ?? []),
     ];
     this.output = '';
