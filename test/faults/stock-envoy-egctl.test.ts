@@ -13,6 +13,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import yaml from 'js-yaml';
+import { countStatuses } from './support/load';
 import { TestClient } from '../../launch/client';
 import {
   EGCTL,
@@ -109,20 +110,7 @@ function graft(text: string, parts: { filter: Json; cluster: Json }): string {
     expect(running).not.toMatch(/max_?requests_?per_?connection/i);
     expect(running).toMatch(/FULL_DUPLEX_STREAMED/);
 
-    const statuses = new Map<number, number>();
-    let next = 0;
-    const body = { model: 'sim-model', prompt: 'hi', max_tokens: 1 };
-    await Promise.all(
-      Array.from({ length: CONCURRENCY }, async () => {
-        while (next < REQUESTS) {
-          next++;
-          const res = await client.post('/v1/completions', body);
-          statuses.set(res.status, (statuses.get(res.status) ?? 0) + 1);
-        }
-      }),
-    );
-
-    expect(Object.fromEntries(statuses)).toEqual({ 200: REQUESTS });
+    expect(await countStatuses(client, REQUESTS, CONCURRENCY)).toEqual({ 200: REQUESTS });
     const stats = await stack.envoy.stats(`cluster.${CLUSTER}.`);
     const failed = await stack.envoy.stats('streams_failed');
     const streamsFailed = Object.entries(failed)

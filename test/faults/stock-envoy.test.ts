@@ -13,6 +13,7 @@
  * HTTP/2 session, not the workers.
  */
 import type { EnvoyBodyMode } from '../../launch/envoy-bootstrap';
+import { countStatuses } from './support/load';
 import { TestClient } from '../../launch/client';
 import { startStack, type Stack } from '../support/stack';
 
@@ -36,20 +37,7 @@ describe.each<EnvoyBodyMode>(['full_duplex', 'buffered'])('a stock Envoy (%s, no
     const bootstrap = (await import('node:fs')).readFileSync(stack.envoy.configPath, 'utf8');
     expect(bootstrap).not.toMatch(/^\s*max_requests_per_connection:/m);
 
-    const statuses = new Map<number, number>();
-    let next = 0;
-    const body = { model: 'sim-model', prompt: 'hi', max_tokens: 1 };
-    await Promise.all(
-      Array.from({ length: CONCURRENCY }, async () => {
-        while (next < REQUESTS) {
-          next++;
-          const res = await client.post('/v1/completions', body);
-          statuses.set(res.status, (statuses.get(res.status) ?? 0) + 1);
-        }
-      }),
-    );
-
-    expect(Object.fromEntries(statuses)).toEqual({ 200: REQUESTS });
+    expect(await countStatuses(client, REQUESTS, CONCURRENCY)).toEqual({ 200: REQUESTS });
     const stats = await stack.envoy.stats(`cluster.${CLUSTER}.upstream_`);
     const extProc = await stack.envoy.stats('http.public.ext_proc.');
     expect({

@@ -55,3 +55,23 @@ export function startLoad(baseUrl: string, opts: LoadOptions): Load {
     },
   };
 }
+
+/**
+ * Sends `total` tiny completions through `client`, `concurrency` at a time, as fast as they are
+ * answered; returns how many got each status (the stock-Envoy connection tests).
+ */
+export async function countStatuses(client: TestClient, total: number, concurrency: number): Promise<Record<number, number>> {
+  const statuses = new Map<number, number>();
+  let next = 0;
+  const body = { model: 'sim-model', prompt: 'hi', max_tokens: 1 };
+  await Promise.all(
+    Array.from({ length: concurrency }, async () => {
+      while (next < total) {
+        next++;
+        const res = await client.post('/v1/completions', body);
+        statuses.set(res.status, (statuses.get(res.status) ?? 0) + 1);
+      }
+    }),
+  );
+  return Object.fromEntries(statuses);
+}
