@@ -3,8 +3,7 @@
  * the three files as a launcher gets them, Envoy accepting its file, and the readiness gate's parse.
  * Running them against the real EPP is test/peers/ (needs PEERS_BIN).
  */
-import { spawnSync } from 'node:child_process';
-import { closeSync, mkdtempSync, openSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import yaml from 'js-yaml';
@@ -21,6 +20,7 @@ import {
   type TopologyOptions,
 } from '../../launch/epp-topology';
 import { ensureEnvoy } from '../../launch/envoy';
+import { envoyValidate } from './envoy-validate';
 import { allowedMatches, PIPELINE_PATHS, REFUSED_PATH_BODY } from '../../launch/path-policy';
 
 type Json = Record<string, any>;
@@ -230,19 +230,9 @@ describe('no-Kubernetes topology files (launch/epp-topology.ts)', () => {
       renderEnvoyConfig({ ...OPTS.envoy, accessLogPath: join(dir, 'access.log'), asyncPort: 8084 }),
     );
     for (const file of ['envoy.yaml', 'envoy-async.yaml']) {
-      const logFile = join(dir, `validate-${file}.log`);
-      const fd = openSync(logFile, 'w');
-      let status: number | null;
-      try {
-        status = spawnSync(envoyBin!, ['--mode', 'validate', '-c', join(dir, file), '--log-level', 'warn'], {
-          stdio: ['ignore', fd, fd],
-          timeout: 60_000,
-        }).status;
-      } finally {
-        closeSync(fd);
-      }
+      const { status, log } = envoyValidate(envoyBin!, join(dir, file), 'warn');
       // Warnings (deprecated fields) count as failures too: the file is meant to be copied as it is.
-      expect({ file, status, out: readFileSync(logFile, 'utf8').slice(-3000) }).toEqual({
+      expect({ file, status, out: log }).toEqual({
         file,
         status: 0,
         out: expect.not.stringMatching(/\]\[(warning|error|critical)\]/),

@@ -8,7 +8,6 @@
 import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
-import { spawnSync } from 'node:child_process';
 import { allowedMatches } from '../../../launch/path-policy';
 import {
   EGCTL,
@@ -25,23 +24,11 @@ import {
   walkObjects,
   writeYaml,
 } from './egctl-translation';
+import { METADATA_KEYS } from './manifest-files';
+import { envoyValidate } from '../envoy-validate';
 
 type Json = Record<string, unknown>;
 
-const METADATA_KEYS = [
-  'request_id',
-  'path_taken',
-  'step_ms',
-  'steps',
-  'token_count',
-  'mm_entries',
-  'parse_ms',
-  'total_ms',
-  'status',
-  'error_step',
-  'error_class',
-  'upstream_status',
-];
 const PUBLIC_GATEWAY = 'inference-gateway';
 const INTERNAL_GATEWAY = 'epd-internal';
 
@@ -201,22 +188,8 @@ const title = haveEgctl
       for (const gw of translations.keys()) {
         const file = path.join(tmp, `${gw}-bootstrap.json`);
         fs.writeFileSync(file, JSON.stringify(staticBootstrap(dumpOf(gw))));
-        // Validate mode builds every listener, cluster and filter without opening a socket. Output goes
-        // to a file: the access logs open /dev/stdout, which cannot be opened on the socket Node
-        // would give the child as its stdout.
-        const logFile = path.join(tmp, `${gw}-envoy.log`);
-        const fd = fs.openSync(logFile, 'w');
-        let status: number | null;
-        try {
-          status = spawnSync(envoy!, ['--mode', 'validate', '-c', file, '--log-level', 'error'], {
-            stdio: ['ignore', fd, fd],
-            timeout: 60_000,
-          }).status;
-        } finally {
-          fs.closeSync(fd);
-        }
-        const out = status === 0 ? '' : fs.readFileSync(logFile, 'utf8').slice(-3000);
-        expect({ gw, status, out }).toEqual({ gw, status: 0, out: '' });
+        const { status, log } = envoyValidate(envoy!, file);
+        expect({ gw, status, out: status === 0 ? '' : log }).toEqual({ gw, status: 0, out: '' });
       }
     },
   );

@@ -23,23 +23,9 @@ import {
   manifestFileNames,
   objectsOf,
   readKustomization,
+  METADATA_KEYS,
 } from './manifest-files';
 
-/** The keys the coordinator writes under its dynamic-metadata namespace (docs/operations.md). */
-const METADATA_KEYS = [
-  'request_id',
-  'path_taken',
-  'step_ms',
-  'steps',
-  'token_count',
-  'mm_entries',
-  'parse_ms',
-  'total_ms',
-  'status',
-  'error_step',
-  'error_class',
-  'upstream_status',
-];
 const EXT_PROC_SERVICE = 'envoy.service.ext_proc.v3.ExternalProcessor';
 const ROUTING_HEADERS = ['epp-profile', 'x-gateway-destination-endpoint', 'x-llm-d-pin-host-port', 'prefer'];
 const BUILT_IN_KINDS = new Set(['v1/ConfigMap', 'v1/Service', 'v1/ServiceAccount', 'apps/v1/Deployment', 'policy/v1/PodDisruptionBudget']);

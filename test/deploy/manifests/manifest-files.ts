@@ -9,6 +9,23 @@ import yaml from 'js-yaml';
 export const REPO_ROOT = path.resolve(__dirname, '../../..');
 export const K8S_DIR = path.join(REPO_ROOT, 'config/k8s');
 
+/** The keys the coordinator writes under its dynamic-metadata namespace (docs/operations.md), which every access log prints. */
+export const METADATA_KEYS: readonly string[] = [
+  'request_id',
+  'path_taken',
+  'step_ms',
+  'steps',
+  'token_count',
+  'mm_entries',
+  'parse_ms',
+  'total_ms',
+  'status',
+  'error_step',
+  'error_class',
+  'upstream_status',
+  'disaggregation',
+];
+
 export interface K8sObject {
   apiVersion: string;
   kind: string;
