@@ -139,7 +139,9 @@ describe('conditional-decode: miss and errors', () => {
       },
     };
     const handler = new PipelineHandler({ steps: [step(), next], maxBodyBytes: 1024, log: silentLogger() });
-    const d = await handler.begin({ method: 'POST', path: '/v1/chat/completions', headers: {} })!.complete(Buffer.from('{"model":"m","messages":[{"role":"user","content":"hi"}]}'));
+    const d = await handler
+      .begin({ method: 'POST', path: '/v1/chat/completions', headers: {} })!
+      .complete(Buffer.from('{"model":"m","messages":[{"role":"user","content":"hi"}]}'));
     expect(ranNext).toBe(true);
     expect(d.kind).toBe('forward');
     expect(d.metadata).toMatchObject({ path_taken: 'cascade' });
