@@ -16,7 +16,7 @@
  * Needs `$PEERS_BIN/epp` and `$PEERS_BIN/llm-d-inference-sim` (prebuilt; nothing here builds them);
  * skipped with the reason otherwise. The case table and the status counts are printed at the end.
  */
-import { accessSync, constants, mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { Client } from 'undici';
@@ -24,23 +24,9 @@ import { EPP_STACK_MODEL, freeEppStackPorts, startEppStack, type EppStack } from
 import type { WorkerRole } from '../../launch/epp-topology';
 import { envName } from '../../src/config/config';
 import { requestLimits, REQUEST_LIMITS_KEY, type LimitName } from '../../src/pipeline/request-limits';
-import { eventually, simRequestsFor } from '../support/peers';
+import { eventually, peerBin, peersSkipReason, simRequestsFor } from '../support/peers';
 
-function skipReason(): string | undefined {
-  const dir = process.env['PEERS_BIN'];
-  if (!dir) return 'PEERS_BIN is unset';
-  const missing = ['epp', 'llm-d-inference-sim'].filter((b) => {
-    try {
-      accessSync(join(dir, b), constants.X_OK);
-      return false;
-    } catch {
-      return true;
-    }
-  });
-  return missing.length > 0 ? `PEERS_BIN=${dir} lacks ${missing.join(', ')}` : undefined;
-}
-
-const skip = skipReason();
+const skip = peersSkipReason(['epp', 'llm-d-inference-sim']);
 const suite = skip ? describe.skip : describe;
 const WORKERS: WorkerRole[] = ['encode', 'prefill', 'decode'];
 const MODEL = EPP_STACK_MODEL;
@@ -150,8 +136,8 @@ suite(`request limits with the real llm-d EPP and llm-d-inference-sim (PEERS_BIN
     stack = await startEppStack({
       dir,
       ports,
-      eppBin: join(process.env['PEERS_BIN']!, 'epp'),
-      simBin: join(process.env['PEERS_BIN']!, 'llm-d-inference-sim'),
+      eppBin: peerBin('epp'),
+      simBin: peerBin('llm-d-inference-sim'),
       readyTimeoutMs: 60_000,
     }).finally(() => {
       for (const k of Object.keys(LIMIT_ENV)) delete process.env[k];
