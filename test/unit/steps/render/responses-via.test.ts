@@ -89,7 +89,7 @@ describe('render responses_via', () => {
       .execute(ctxFor())
       .catch((e: unknown) => e);
     expect(err).toBeInstanceOf(UpstreamError);
-    expect(classify(err).status).toBe(404);
+    expect(classify(err, 'r').status).toBe(404);
     expect(renderService.seen.map((r) => r.path)).toEqual([NATIVE]);
   });
 
@@ -128,7 +128,7 @@ describe('render responses_via', () => {
     renderService.respond = (req) => (req.path === NATIVE ? { status: 400, body: { error: { message: 'bad input' } } } : { body: answer });
     const step = render();
     const err = await step.execute(ctxFor()).catch((e: unknown) => e);
-    expect(classify(err).status).toBe(400);
+    expect(classify(err, 'r').status).toBe(400);
     await step.execute(ctxFor()).catch(() => undefined);
     expect(renderService.seen.map((r) => r.path)).toEqual([NATIVE, NATIVE]);
   });
@@ -138,7 +138,7 @@ describe('render responses_via', () => {
     renderService.respond = () => ({ status: 404, body: { error: { message: 'The model `m` does not exist.' } } });
     const step = render();
     const err = await step.execute(ctxFor()).catch((e: unknown) => e);
-    expect(classify(err).status).toBe(404);
+    expect(classify(err, 'r').status).toBe(404);
     renderService.respond = () => ({ body: answer });
     await step.execute(ctxFor());
     expect(renderService.seen.map((r) => r.path)).toEqual([NATIVE, CHAT, NATIVE]);
