@@ -9,7 +9,7 @@
  * - `instructions` → a leading `system` message; a string `input` → one `user` message;
  * - a message item → its role and content, with Responses parts as chat parts (`input_text` and
  *   `output_text` → `text`, `input_image` → `image_url`; any other part as it came, for the render
- *   service to judge);
+ *   service to judge); an assistant turn's content is its first part's text, as vLLM keeps it;
  * - `function_call` (and `custom_tool_call`) → an assistant `tool_calls` entry, merged into the
  *   assistant message just before it; `function_call_output` (and `custom_tool_call_output`) → a
  *   `tool` message; `reasoning` → the assistant's `reasoning`;
@@ -73,6 +73,13 @@ function reasoningText(item: JsonObject, at: string): unknown {
   return '';
 }
 
+/** An assistant turn's text: vLLM keeps the first part's text only, as a string. */
+function assistantText(content: unknown): unknown {
+  if (!Array.isArray(content) || content.length === 0) return content;
+  const first: unknown = content[0];
+  return isJsonObject(first) && typeof first['text'] === 'string' ? first['text'] : content.map(chatPart);
+}
+
 const isMessageItem = (item: JsonObject): boolean =>
   item['type'] === 'message' || (item['type'] === undefined && typeof item['role'] === 'string');
 
@@ -104,7 +111,7 @@ function addItem(messages: Message[], item: unknown, at: string): void {
     return;
   }
   if (isMessageItem(item)) {
-    const content = chatContent(item['content']);
+    const content = item['role'] === 'assistant' ? assistantText(item['content']) : chatContent(item['content']);
     // An assistant turn completes the tool calls or reasoning just before it, as in vLLM.
     if (item['role'] === 'assistant' && prevAssistant && prevAssistant['content'] === undefined) {
       prevAssistant['content'] = content;

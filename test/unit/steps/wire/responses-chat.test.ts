@@ -58,7 +58,7 @@ describe('responsesAsChatRender', () => {
     ]);
   });
 
-  it('an assistant output_text turn becomes an assistant text message', () => {
+  it("an assistant output_text turn becomes an assistant message with the first part's text, as vLLM keeps it", () => {
     const out = chat({
       input: [
         { role: 'user', content: 'q' },
@@ -68,7 +68,7 @@ describe('responsesAsChatRender', () => {
     });
     expect(out['messages']).toEqual([
       { role: 'user', content: 'q' },
-      { role: 'assistant', content: [{ type: 'text', text: 'a' }] },
+      { role: 'assistant', content: 'a' },
       { role: 'user', content: 'again' },
     ]);
   });
