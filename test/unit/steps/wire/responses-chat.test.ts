@@ -6,6 +6,7 @@ import { BadRequestError } from '../../../../src/pipeline/errors';
 import type { JsonObject } from '../../../../src/pipeline/context';
 import { parseJsonBody } from '../../../../src/pipeline/json-body';
 import { responsesAsChatRender } from '../../../../src/steps/wire/responses-chat';
+import { at } from '../../../../launch/client';
 
 const IMG = 'data:image/png;base64,iVBORw0KGgo=';
 const chat = (extra: JsonObject): JsonObject => responsesAsChatRender({ model: 'm', ...extra });
@@ -201,5 +202,14 @@ describe('responsesAsChatRender', () => {
     const out = responsesAsChatRender(body);
     const sent = JSON.parse(Buffer.concat(codec.serialize(out)).toString('utf8')) as JsonObject;
     expect(sent['messages']).toEqual([{ role: 'user', content: [{ type: 'image_url', image_url: { url: bigImage } }] }]);
+  });
+
+  it('a big custom tool input is read through the codec before it is wrapped in {"input": ...}', () => {
+    const big = 'x'.repeat(64 * 1024);
+    const raw = Buffer.from(JSON.stringify({ model: 'm', input: [{ type: 'custom_tool_call', call_id: 'c', name: 'f', input: big }] }));
+    const { body, codec } = parseJsonBody([raw]);
+    const out = responsesAsChatRender(body, (s) => codec.text(s));
+    const sent = JSON.parse(Buffer.concat(codec.serialize(out)).toString('utf8')) as JsonObject;
+    expect(at(sent, 'messages', 0, 'tool_calls', 0, 'function', 'arguments')).toBe(JSON.stringify({ input: big }));
   });
 });
