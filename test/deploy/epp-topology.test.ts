@@ -21,7 +21,8 @@ import {
 } from '../../launch/epp-topology';
 import { ensureEnvoy } from '../../launch/envoy';
 import { envoyValidate } from './envoy-validate';
-import { allowedMatches, PIPELINE_PATHS, REFUSED_PATH_BODY } from '../../launch/path-policy';
+import { allowedMatches } from '../../launch/path-policy';
+import { PIPELINE_PATHS, REFUSED_PATH_BODY } from '../../src/pipeline/path-policy';
 
 type Json = Record<string, any>;
 

@@ -21,8 +21,8 @@ import {
   REFUSED_PATH_BODY,
   REFUSED_PATH_STATUS,
   SERVICE_PREFIXES,
-  allowedMatches,
-} from '../../../launch/path-policy';
+} from '../../../src/pipeline/path-policy';
+import { allowedMatches } from '../../../launch/path-policy';
 import { CrdCatalog, SHARED_CRDS_DIR, envoyGatewayCrdDirs } from './crd-catalog';
 import {
   EGCTL,

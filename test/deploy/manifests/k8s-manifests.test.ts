@@ -12,7 +12,8 @@ import { StepRegistry } from '../../../src/pipeline/registry';
 import type { StepDeps } from '../../../src/pipeline/step';
 import type { SideCallClient } from '../../../src/gateway/client';
 import { registerBuiltinSteps } from '../../../src/steps';
-import { allowedMatches, REFUSED_PATH_BODY, REFUSED_PATH_STATUS } from '../../../launch/path-policy';
+import { allowedMatches } from '../../../launch/path-policy';
+import { REFUSED_PATH_BODY, REFUSED_PATH_STATUS } from '../../../src/pipeline/path-policy';
 import { CrdCatalog, SHARED_CRDS_DIR, envoyGatewayCrdDirs } from './crd-catalog';
 import {
   K8S_DIR,
