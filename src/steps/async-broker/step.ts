@@ -14,9 +14,12 @@ import { ENQUEUE_FAILED_MESSAGE, errorResponse, pendingResponse, storedEntryResp
 import { deleteRoute, fetchRoute, modelsRoute } from './routes';
 import { routeFor, UnroutedModels } from './routing';
 import { BrokerStore } from './store';
-import { admit } from './submit';
+import { admit, type Admission } from './submit';
 import { holdForResult } from './wait';
 import { Wakeup } from './wakeup';
+
+/** The answer header that says whether replicas confirmed an enqueue. */
+export const REPLICATED_HEADER = 'x-ap-replicated';
 
 /** Deprecated aliases the EPP still reads; a client must not self-assign priority through them. */
 const DEPRECATED_ALIASES = ['x-gateway-inference-objective', 'x-gateway-inference-fairness-id'];
@@ -27,6 +30,16 @@ const DEPRECATED_ALIASES = ['x-gateway-inference-objective', 'x-gateway-inferenc
  */
 function clearHeader(ctx: RequestContext, name: string): void {
   if (ctx.headers[name] !== undefined) ctx.stampHeader(name, '');
+}
+
+/**
+ * `x-ap-replicated` on a 202 when replica confirmation is on: `true` once `ack_replicas` replicas
+ * hold the job, `false` when the WAIT timed out or failed. The job is on the master either way,
+ * so it is still a 202 (a 503 would invite a duplicate); `false` says a failover may lose it.
+ */
+function withReplication(r: StepResponse, a: Admission, ackReplicas: number): StepResponse {
+  if (ackReplicas <= 0 || a.kind !== 'submitted' || a.replicated === undefined) return r;
+  return { ...r, headers: { ...r.headers, [REPLICATED_HEADER]: String(a.replicated) } };
 }
 
 function withTimeout<T>(p: Promise<T>, ms: number): Promise<T | undefined> {
@@ -50,7 +63,7 @@ export class AsyncBrokerStep implements Step {
     readonly config: AsyncBrokerConfig,
     log: Logger,
   ) {
-    this.store = new BrokerStore(config.redis, log);
+    this.store = new BrokerStore(config.redis, log, { replicas: config.ackReplicas, timeoutMs: config.ackTimeoutMs });
     this.wakeup = new Wakeup(config.wakeupMode, this.store, log);
     this.quota = new QuotaClassifier(config.quota, this.store);
   }
@@ -139,7 +152,7 @@ export class AsyncBrokerStep implements Step {
     route: { queue: string; tier: string; matched: boolean },
   ): Promise<StepResponse> {
     const id = ctx.requestId;
-    const keys = requestKeys(tenant, id);
+    const keys = requestKeys(tenant, id, this.config.keyLayout);
     const admission = await admit({ ctx, cfg: this.config, store: this.store, mode, tenant, keys, route, nowMs: Date.now() });
     switch (admission.kind) {
       case 'failed':
@@ -150,7 +163,10 @@ export class AsyncBrokerStep implements Step {
         return this.deliverStored(ctx, keys.mailbox, admission.raw, id);
       case 'live':
       case 'submitted':
-        if (mode === 'enqueue') return pendingResponse(id, id);
+        if (admission.kind === 'submitted' && admission.replicated === false) {
+          ctx.log.warn({ replicas: this.config.ackReplicas }, 'async-broker: enqueue not confirmed by the replicas; acknowledged anyway');
+        }
+        if (mode === 'enqueue') return withReplication(pendingResponse(id, id), admission, this.config.ackReplicas);
         return holdForResult({
           store: this.store,
           wakeup: this.wakeup,
