@@ -5,10 +5,11 @@
  */
 import type { Logger } from 'pino';
 import type { RequestContext } from '../../pipeline/context';
-import type { Step, StepDeps, StepOutcome, StepResponse } from '../../pipeline/step';
+import type { QueueStat, Step, StepDeps, StepOutcome, StepResponse } from '../../pipeline/step';
 import { STEP_NAME, type AsyncBrokerConfig, type QueuedMode } from './config';
 import { requestKeys } from './keys';
 import { QuotaClassifier } from './quota';
+import { configuredQueues, QueueStats } from './queue-stats';
 import { checkRequest, modeValue } from './request';
 import { ENQUEUE_FAILED_MESSAGE, errorResponse, pendingResponse, storedEntryResponse } from './responses';
 import { deleteRoute, fetchRoute, modelsRoute } from './routes';
@@ -58,6 +59,7 @@ export class AsyncBrokerStep implements Step {
   private readonly wakeup: Wakeup;
   private readonly quota: QuotaClassifier;
   private readonly unrouted = new UnroutedModels();
+  private readonly backlog: QueueStats | undefined;
 
   constructor(
     readonly config: AsyncBrokerConfig,
@@ -66,6 +68,12 @@ export class AsyncBrokerStep implements Step {
     this.store = new BrokerStore(config.redis, log, { replicas: config.ackReplicas, timeoutMs: config.ackTimeoutMs });
     this.wakeup = new Wakeup(config.wakeupMode, this.store, log);
     this.quota = new QuotaClassifier(config.quota, this.store);
+    if (config.queueMetrics) this.backlog = new QueueStats(this.store, configuredQueues(config.routes, config.defaultQueue), log);
+  }
+
+  /** The routed queues' depth and oldest age, when this replica holds the reporting lease. */
+  async queueStats(): Promise<readonly QueueStat[]> {
+    return this.backlog ? this.backlog.collect() : [];
   }
 
   /** Registers `GET /v1/models`, `GET` and `DELETE /v1/requests/{id}`. */
