@@ -31,6 +31,9 @@ export interface FailoverFigures {
   /** Accepted after the new master took over, and how many of those completed. */
   readonly acceptedAfterFailover: number;
   readonly completedAfterFailover: number;
+  /** From the kill to the promotion, and on to the dead node serving as a replica again. */
+  readonly promotionMs: number;
+  readonly healMs: number;
 }
 
 export interface FailoverRun {
@@ -100,12 +103,17 @@ export async function runFailover(run: FailoverRun): Promise<FailoverFigures> {
     }
   };
   const phaseMs = run.phaseMs ?? 3000;
+  let promotionMs = 0;
+  let healMs = 0;
   const load = Promise.all(Array.from({ length: SUBMITTERS }, submitter));
   try {
     await sleep(phaseMs);
     phase = 'failing';
+    const killed = Date.now();
     await run.fail();
+    promotionMs = Date.now() - killed;
     await run.heal();
+    healMs = Date.now() - killed - promotionMs;
     phase = 'after';
     await sleep(phaseMs);
   } finally {
@@ -141,6 +149,8 @@ export async function runFailover(run: FailoverRun): Promise<FailoverFigures> {
     unclaimed: ap.unclaimed.length,
     acceptedAfterFailover: after.length,
     completedAfterFailover: after.filter((id) => completed.has(id)).length,
+    promotionMs,
+    healMs,
   };
 }
 
