@@ -8,21 +8,15 @@ import type { QueueStat } from '../pipeline/step';
 
 export type QueueStatsSource = () => Promise<readonly QueueStat[]>;
 
-/** Both gauges are collected in one scrape; they share one read of the store. */
-const SHARED_READ_MS = 1000;
-
 export function registerQueueGauges(registry: Registry, prefix: string, sources: readonly QueueStatsSource[]): void {
-  let last: { at: number; read: Promise<QueueStat[]> } | undefined;
-  const read = (): Promise<QueueStat[]> => {
-    const now = performance.now();
-    if (!last || now - last.at > SHARED_READ_MS) {
-      last = {
-        at: now,
-        read: Promise.all(sources.map((s) => s().catch(() => []))).then((lists) => lists.flat()),
-      };
-    }
-    return last.read;
-  };
+  // A scrape collects both gauges at once: they share the read in flight, and the next scrape reads afresh.
+  let inflight: Promise<QueueStat[]> | undefined;
+  const read = (): Promise<QueueStat[]> =>
+    (inflight ??= Promise.all(sources.map((s) => s().catch(() => [])))
+      .then((lists) => lists.flat())
+      .finally(() => {
+        inflight = undefined;
+      }));
   new Gauge({
     name: `${prefix}async_queue_depth`,
     help: 'Jobs waiting in an async-broker queue (ZCARD). Exported by one service replica at a time (a lease in Redis).',
