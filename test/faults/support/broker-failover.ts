@@ -103,8 +103,8 @@ export async function runFailover(run: FailoverRun): Promise<FailoverFigures> {
     }
   };
   const phaseMs = run.phaseMs ?? 3000;
-  let promotionMs = 0;
-  let healMs = 0;
+  let promotionMs: number | undefined;
+  let healMs: number | undefined;
   const load = Promise.all(Array.from({ length: SUBMITTERS }, submitter));
   try {
     await sleep(phaseMs);
@@ -149,8 +149,8 @@ export async function runFailover(run: FailoverRun): Promise<FailoverFigures> {
     unclaimed: ap.unclaimed.length,
     acceptedAfterFailover: after.length,
     completedAfterFailover: after.filter((id) => completed.has(id)).length,
-    promotionMs,
-    healMs,
+    promotionMs: promotionMs ?? -1,
+    healMs: healMs ?? -1,
   };
 }
 
