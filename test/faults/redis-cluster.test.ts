@@ -54,6 +54,8 @@ test("a request's keys share one slot, by the server's own CLUSTER KEYSLOT, and 
   // A retry re-attaches to the live copy (lookup MULTI and the un-cancel script), then DELETE cancels it (cancel script).
   expect((await post('slot-1')).status).toBe(202);
   expect((await route(routes, 'GET', '/v1/requests/slot-1', { 'x-team': 'acme' })).status).toBe(202);
+  // The backlog gauges' lease and read scripts run on the queue's master.
+  expect(await step.queueStats()).toEqual([{ queue: 'request-sortedset', depth: 1, oldestAgeSeconds: expect.any(Number) }]);
   expect((await route(routes, 'DELETE', '/v1/requests/slot-1', { 'x-team': 'acme' })).status).toBe(204);
 
   // The processor finds the cancel marker, stores CANCELLED and runs the cleanup script, all in the request's slot.
