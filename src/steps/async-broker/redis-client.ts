@@ -28,8 +28,9 @@ export function createRedisClient(t: RedisTarget, overrides: RedisOptions = {}):
         sentinelUsername: topology.sentinelUsername,
         sentinelPassword: topology.sentinelPassword,
         enableTLSForSentinelMode: t.tls,
-        // Subscribes to the sentinels' +switch-master, so a promotion is followed at once.
-        failoverDetector: true,
+        // No `failoverDetector`: under a failover test it left a client stuck connecting for good
+        // (its +switch-master disconnect raced a reconnect). A dead master's closed connection
+        // makes ioredis ask the sentinels again anyway.
         sentinelRetryStrategy: backoff,
         sentinelCommandTimeout: t.connectTimeoutMs ?? base.connectTimeout,
       });

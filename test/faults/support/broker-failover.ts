@@ -7,7 +7,9 @@
 import { createServer, type Server } from 'node:http';
 import type { AddressInfo } from 'node:net';
 import { TestAsyncProcessor } from '../../../launch/async-processor';
-import { sleep } from '../../../launch/ports';
+import { sleep, waitUntil } from '../../../launch/ports';
+import { createRedisClient } from '../../../src/steps/async-broker/redis-client';
+import { parseRedisTarget } from '../../../src/steps/async-broker/redis-topology';
 import { REPLICATED_HEADER } from '../../../src/steps/async-broker/step';
 import { build, closeAll, request, respond, route, text } from '../../unit/steps/async-broker/harness';
 
@@ -20,8 +22,10 @@ export interface FailoverFigures {
   readonly refused: number;
   /** Accepted jobs whose result the client fetched. */
   readonly completed: number;
-  /** Accepted jobs that never produced a result. */
+  /** Accepted jobs that never produced a result (counted once the queue is empty and the processor idle). */
   readonly lost: number;
+  /** Jobs still queued when counting (0 unless the processor could not keep up in time). */
+  readonly leftQueued: number;
   /** ... of which the replicas had confirmed. */
   readonly lostReplicated: number;
   /** Jobs the model ran more than once. */
@@ -121,17 +125,21 @@ export async function runFailover(run: FailoverRun): Promise<FailoverFigures> {
     await load;
   }
 
-  // Every accepted job has had its chance once nothing is pending for a while.
+  // Every accepted job has had its chance once the queues are empty and the processor is idle.
+  const probe = createRedisClient(parseRedisTarget(run.redisUrl), { enableOfflineQueue: true, maxRetriesPerRequest: 1 });
+  probe.on('error', () => undefined);
+  const queued = async (): Promise<number> => (await probe.zcard(QUEUE)) + (await probe.zcard('retry-sortedset'));
+  await waitUntil(async () => (await queued().catch(() => 1)) === 0, 'the processor to drain the queue', 45_000, 200).catch(
+    () => undefined,
+  );
+  await ap.stop();
+  const leftQueued = await queued();
   const completed = new Set<string>();
-  const deadline = Date.now() + 30_000;
-  while (Date.now() < deadline && completed.size < accepted.size) {
-    for (const id of accepted.keys()) {
-      if (completed.has(id)) continue;
-      const got = await route(routes, 'GET', `/v1/requests/${id}`, { 'x-team': 'acme' }).catch(() => undefined);
-      if (got?.status === 200 && text(got) === JSON.stringify({ answer: id })) completed.add(id);
-    }
-    if (completed.size < accepted.size) await sleep(250);
+  for (const id of accepted.keys()) {
+    const got = await route(routes, 'GET', `/v1/requests/${id}`, { 'x-team': 'acme' });
+    if (got.status === 200 && text(got) === JSON.stringify({ answer: id })) completed.add(id);
   }
+  probe.disconnect();
   await ap.close();
   await closeAll();
   await new Promise<void>((r) => model.server.close(() => r()));
@@ -144,6 +152,7 @@ export async function runFailover(run: FailoverRun): Promise<FailoverFigures> {
     refused,
     completed: completed.size,
     lost: lost.length,
+    leftQueued,
     lostReplicated: lost.filter((id) => accepted.get(id)!.replicated).length,
     runTwice: [...model.runs.values()].filter((n) => n > 1).length,
     unclaimed: ap.unclaimed.length,
@@ -161,6 +170,7 @@ export async function runFailover(run: FailoverRun): Promise<FailoverFigures> {
  * broker carries on after the promotion.
  */
 export function expectContract(f: FailoverFigures): void {
+  expect(f.leftQueued).toBe(0);
   expect(f.runTwice).toBe(0);
   expect(f.completed + f.lost).toBe(f.accepted);
   expect(f.lostReplicated).toBeLessThanOrEqual(f.unclaimed + POP_BATCH);
