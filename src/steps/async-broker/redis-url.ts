@@ -1,7 +1,7 @@
 /**
  * `redis_url` in go-redis syntax (`redis://user:pass@host:port/db?dial_timeout=3s`, `rediss://` for
- * TLS), turned into a target (the Sentinel and Cluster forms are in `./redis-topology.ts`). The DB index is kept apart because the keyspace channel name (`__keyspace@<db>__:...`)
- * depends on it.
+ * TLS), turned into a target (the Sentinel and Cluster forms are in `./redis-topology.ts`). The DB
+ * index is kept apart because the keyspace channel name (`__keyspace@<db>__:...`) depends on it.
  */
 import type { RedisOptions } from 'ioredis';
 import { parseDuration } from '../../config/duration';
@@ -46,16 +46,9 @@ export class RedisUrlError extends Error {
 }
 
 /** go-redis options we map onto ioredis. */
-export const MAPPED_OPTIONS: ReadonlySet<string> = new Set([
-  'db',
-  'dial_timeout',
-  'read_timeout',
-  'write_timeout',
-  'client_name',
-  'skip_verify',
-]);
+const MAPPED_OPTIONS: ReadonlySet<string> = new Set(['db', 'dial_timeout', 'read_timeout', 'write_timeout', 'client_name', 'skip_verify']);
 /** go-redis pool and retry tuning with no ioredis counterpart (one multiplexed connection); accepted and ignored. */
-export const IGNORED_OPTIONS: ReadonlySet<string> = new Set([
+const IGNORED_OPTIONS: ReadonlySet<string> = new Set([
   'protocol',
   'max_retries',
   'min_retry_backoff',

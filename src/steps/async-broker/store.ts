@@ -1,7 +1,7 @@
 /**
- * Every Redis command the step issues, on one ioredis client per step
- * instance (plus a second one for submits when they are WAITed for). Commands fail fast while Redis is unreachable (no offline queue, one attempt,
- * a command timeout); the connection heals itself in the background.
+ * Every Redis command the step issues, on one ioredis client per step instance (plus a second one
+ * for submits when they are WAITed for). Commands fail fast while Redis is unreachable (no offline
+ * queue, one attempt, a command timeout); the connection heals itself in the background.
  */
 import { createHash } from 'node:crypto';
 import type { Logger } from 'pino';
@@ -180,14 +180,22 @@ export class BrokerStore {
     tx.del(s.keys.cancel);
     tx.set(s.keys.active, s.token, 'PX', s.ttlMs);
     if (!this.clustered) tx.zadd(s.queue, s.deadline, s.member);
+    // A lost reply (a connection error) leaves the outcome unknown: the marker stays, so a retry
+    // with the same id re-attaches instead of queueing a second copy.
+    const replies = await tx.exec();
     try {
-      checkExec(await tx.exec(), 'submit');
-      if (this.clustered) await c.zadd(s.queue, s.deadline, s.member);
+      checkExec(replies, 'submit');
+      if (this.clustered) {
+        await c.zadd(s.queue, s.deadline, s.member).catch((err: Error) => {
+          throw err.name === 'ReplyError' ? new StoreError(`submit: ZADD failed: ${err.message}`) : err;
+        });
+      }
     } catch (err) {
+      if (!(err instanceof StoreError)) throw err;
       // A transaction does not roll back: if the ZADD failed (e.g. WRONGTYPE) the marker is set with
       // nothing queued behind it. Take our marker back so the id does not look pending until its deadline.
       await cleanupScript.run(c, [s.keys.active, s.keys.cancel], [s.token]).catch(() => undefined);
-      throw err instanceof StoreError ? err : new StoreError(`submit: ${(err as Error).message}`);
+      throw err;
     }
     if (!this.ack) return undefined;
     const confirmations = [this.ack.confirm(s.keys.active)];
