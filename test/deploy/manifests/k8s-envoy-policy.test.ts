@@ -32,7 +32,7 @@ describe('config/k8s: the Envoy policy of launch/envoy-policy.ts', () => {
   });
 
   test('the worker routes: idle timeout below the keep-alive, retries only for what no worker received', () => {
-    const btp = findObject<K8sObject & { spec: Json }>(manifests, 'BackendTrafficPolicy', 'epd-worker-connections');
+    const btp = findObject<K8sObject & { spec: Json }>(manifests, 'BackendTrafficPolicy', 'epd-coordinator-worker-connections');
     const routes = objectsOf<K8sObject & { spec: Json }>(manifests, 'HTTPRoute').filter((r) =>
       (r.spec['rules'] as Json[]).some((rule) => (rule['backendRefs'] ?? []).some((b: Json) => b['kind'] === 'InferencePool')),
     );
