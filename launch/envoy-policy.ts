@@ -50,7 +50,7 @@ export const WORKER_RETRY = {
 /** The active health check of the service's cluster (grpc.health.v1, the readiness service name). */
 export const SERVICE_HEALTH_CHECK = {
   service: EXT_PROC_SERVICE_NAME,
-  intervalSeconds: 2,
+  intervalSeconds: 1,
   timeoutSeconds: 1,
   unhealthyThreshold: 2,
   healthyThreshold: 1,
@@ -63,6 +63,12 @@ export const SERVICE_HEALTH_CHECK = {
  */
 export const HEALTH_DETECTION_SECONDS =
   SERVICE_HEALTH_CHECK.intervalSeconds * SERVICE_HEALTH_CHECK.unhealthyThreshold + SERVICE_HEALTH_CHECK.timeoutSeconds;
+
+/**
+ * `server.drain_delay` for the envoy/ files, and the chart's default preStop sleep: the detection
+ * time and 2 s for Envoy's own scheduling of the checks on a busy host.
+ */
+export const DRAIN_DELAY_SECONDS = HEALTH_DETECTION_SECONDS + 2;
 
 /** Outlier detection on the service's cluster: a replica whose streams fail to open is ejected for a while. */
 export const SERVICE_OUTLIER_DETECTION = {
@@ -93,6 +99,9 @@ export function serviceHealthChecks(): unknown[] {
     {
       timeout: `${h.timeoutSeconds}s`,
       interval: `${h.intervalSeconds}s`,
+      // Envoy's default (60 s) would space the checks after start-up, before any traffic: a drain
+      // right then would go unseen for a minute.
+      no_traffic_interval: `${h.intervalSeconds}s`,
       unhealthy_threshold: h.unhealthyThreshold,
       healthy_threshold: h.healthyThreshold,
       grpc_health_check: { service_name: h.service },

@@ -392,9 +392,9 @@ const helmTitle = 'Helm chart charts/epd-coordinator';
           says: true,
         });
       }
-      // preStop must outlast the health check's detection (interval x unhealthyThreshold + timeout = 5 s).
-      expect(grace(render({ preStopSleepSeconds: 5 }))).toBe(35);
-      for (const values of [{ preStopSleepSeconds: 4 }, { extensionPolicy: { healthCheck: { interval: '3s' } } }]) {
+      // preStop must outlast the health check's detection (interval x unhealthyThreshold + timeout = 3 s).
+      expect(grace(render({ preStopSleepSeconds: 3 }))).toBe(35);
+      for (const values of [{ preStopSleepSeconds: 2 }, { extensionPolicy: { healthCheck: { interval: '3s' } } }]) {
         const r = helmTemplate(values);
         expect({
           values,

@@ -7,6 +7,7 @@
 import yaml from 'js-yaml';
 import {
   GRACEFUL_CLOSE,
+  DRAIN_DELAY_SECONDS,
   HEALTH_DETECTION_SECONDS,
   SERVICE_HEALTH_CHECK,
   SERVICE_OUTLIER_DETECTION,
@@ -63,6 +64,7 @@ describe('config/k8s: the Envoy policy of launch/envoy-policy.ts', () => {
     });
     const deployment = findObject<K8sObject & { spec: Json }>(manifests, 'Deployment', 'epd-coordinator');
     const preStop = deployment.spec['template']['spec']['containers'][0]['lifecycle']['preStop']['sleep']['seconds'];
-    expect(preStop).toBeGreaterThanOrEqual(HEALTH_DETECTION_SECONDS);
+    expect(preStop).toBeGreaterThanOrEqual(DRAIN_DELAY_SECONDS);
+    expect(DRAIN_DELAY_SECONDS).toBeGreaterThan(HEALTH_DETECTION_SECONDS);
   });
 });
