@@ -14,7 +14,11 @@ import {
   WORKER_IDLE_TIMEOUT_SECONDS,
   WORKER_RETRY,
 } from '../../../launch/envoy-policy';
+import fs from 'node:fs';
+import os from 'node:os';
+import path from 'node:path';
 import { loadManifests, objectsOf, findObject, type K8sObject } from './manifest-files';
+import { EGCTL, clustersOf, routeConfigsOf, translate, translationInput, walkObjects, writeYaml } from './egctl-translation';
 
 type Json = Record<string, any>;
 
@@ -68,3 +72,56 @@ describe('config/k8s: the Envoy policy of launch/envoy-policy.ts', () => {
     expect(DRAIN_DELAY_SECONDS).toBeGreaterThan(HEALTH_DETECTION_SECONDS);
   });
 });
+
+const haveEgctl = fs.existsSync(EGCTL);
+const egTitle = 'the same policy in what Envoy Gateway makes of config/k8s (egctl x translate)';
+
+(haveEgctl ? describe : describe.skip)(
+  haveEgctl ? egTitle : `${egTitle} (skipped: .tools/bin/egctl is absent; run config/k8s/verify-egctl.sh)`,
+  () => {
+    let xds: Record<string, { configs: Json[] }>;
+    beforeAll(() => {
+      const tmp = fs.mkdtempSync(path.join(os.tmpdir(), 'epd-egctl-policy-'));
+      try {
+        const file = path.join(tmp, 'in.yaml');
+        writeYaml(file, translationInput());
+        xds = translate(file).xds;
+      } finally {
+        fs.rmSync(tmp, { recursive: true, force: true });
+      }
+    }, 90_000);
+
+    test('both Gateways: the runtime layer is merged into the bootstrap, the worker clusters close idle connections, the worker routes retry', () => {
+      expect(Object.keys(xds).length).toBe(2);
+      for (const [gateway, dump] of Object.entries(xds)) {
+        const boot = dump.configs.find((c) => String(c['@type']).endsWith('.BootstrapConfigDump'))!;
+        const layers = boot['bootstrap']['layeredRuntime']['layers'] as Json[];
+        expect({
+          gateway,
+          graceful: layers.map((l) => l['staticLayer'][GRACEFUL_CLOSE.runtimeKey]).filter((v) => v !== undefined),
+        }).toEqual({
+          gateway,
+          graceful: [true],
+        });
+        const workers = (clustersOf(dump) as Json[]).filter((c) => String(c['name']).startsWith('httproute/'));
+        expect(workers.length).toBeGreaterThan(0);
+        for (const c of workers) {
+          const opts = c['typedExtensionProtocolOptions']['envoy.extensions.upstreams.http.v3.HttpProtocolOptions'];
+          expect({ cluster: c['name'], idle: opts['commonHttpProtocolOptions']['idleTimeout'] }).toEqual({
+            cluster: c['name'],
+            idle: `${WORKER_IDLE_TIMEOUT_SECONDS}s`,
+          });
+        }
+        const retries = routeConfigsOf(dump)
+          .flatMap((rc) => [...walkObjects(rc)] as Json[])
+          .filter((o) => o['route'] && o['route']['cluster'] && String(o['route']['cluster']).startsWith('httproute/'))
+          .map((o) => o['route']['retryPolicy']);
+        expect(retries.length).toBeGreaterThan(0);
+        for (const r of retries) {
+          expect(r['retryOn'].split(',').sort()).toEqual([...WORKER_RETRY.retryOn].sort());
+          expect(r['numRetries']).toBe(WORKER_RETRY.numRetries);
+        }
+      }
+    });
+  },
+);
