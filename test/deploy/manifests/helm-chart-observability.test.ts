@@ -14,6 +14,7 @@ import { spawnSync } from 'node:child_process';
 import yaml from 'js-yaml';
 import { CHART_DIR, HELM, HELM_ONLY_LABELS, K8S_SCHEMA_DIR, KubeSchemas, helmTemplate, keyOf, render } from './helm-chart';
 import { REPO_ROOT, type K8sObject } from './manifest-files';
+import { CoordinatorMetrics } from '../../../src/observability/metrics';
 
 type Json = Record<string, unknown>;
 const OBSERVABILITY = path.join(REPO_ROOT, 'config/observability');
@@ -55,6 +56,14 @@ test('the chart carries config/observability byte for byte (copy them after an e
       same: true,
     });
   }
+});
+
+test("the HPA's default custom metric is the service's in-flight gauge", () => {
+  const values = yaml.load(fs.readFileSync(path.join(CHART_DIR, 'values.yaml'), 'utf8')) as {
+    autoscaling: { inflight: { metricName: string } };
+  };
+  const metric = new CoordinatorMetrics({ processMetrics: false }).registry.getSingleMetric(values.autoscaling.inflight.metricName);
+  expect(metric?.constructor.name).toBe('Gauge');
 });
 
 const haveHelm = fs.existsSync(HELM);
