@@ -9,8 +9,10 @@
  * retry backoff, and messages are popped only when a worker is free (nothing is buffered in memory).
  */
 import { request } from 'node:http';
-import Redis from 'ioredis';
-import { goMarshal } from '../src/steps/async-broker/go-json';
+import { goMarshalSorted, parseMessage, resultJson, type Message, type Outcome } from './async-messages';
+import { createRedisClient, type RedisClient } from '../src/steps/async-broker/redis-client';
+import { parseRedisTarget } from '../src/steps/async-broker/redis-topology';
+import { ReplicaAck } from '../src/steps/async-broker/replica-ack';
 import { CLEANUP_REQUEST_STATE } from '../src/steps/async-broker/scripts';
 
 export interface ApQueue {
@@ -29,7 +31,14 @@ export interface ApQueue {
 }
 
 export interface ApOptions {
+  /** Any `redis_url` form the step accepts (plain, Sentinel, Cluster). */
   readonly redisUrl: string;
+  /**
+   * Replicas a `WAIT` must confirm after each pop and each result write (0, the default, as the
+   * real AP: none). See {@link TestAsyncProcessor.claim} for what an unconfirmed pop does.
+   */
+  readonly ackReplicas?: number;
+  readonly ackTimeoutMs?: number;
   readonly queues: readonly ApQueue[];
   readonly pollIntervalMs?: number;
   readonly batchSize?: number;
@@ -45,33 +54,6 @@ export interface ApOptions {
   readonly fairnessAttribute?: string;
 }
 
-interface Internal {
-  request_token?: string;
-  request_queue_name?: string;
-  result_queue_name?: string;
-  retry_count?: number;
-  queue_id?: string;
-  labels?: Record<string, string>;
-}
-
-interface RequestData {
-  id: string;
-  created?: number;
-  deadline: number;
-  payload: Record<string, unknown>;
-  metadata?: Record<string, string>;
-  headers?: Record<string, string>;
-  endpoint?: string;
-  request_queue_name?: string;
-  result_queue_name?: string;
-}
-
-interface Message {
-  internal: Internal;
-  data: RequestData;
-  kind: string;
-}
-
 export interface Dispatch {
   readonly id: string;
   readonly url: string;
@@ -84,48 +66,19 @@ export interface StoredResult {
   readonly json: string;
 }
 
-type Outcome = { statusCode: number; payload: string } | { errorCode: string; errorMessage: string };
-
 const LOOPBACK = new Set(['127.0.0.1', '::1', '[::1]', 'localhost']);
 
-/** Go's `json.Marshal` of a generic map: sorted keys at every level, HTML-safe escaping. */
-function goMarshalSorted(v: unknown): string {
-  const sort = (x: unknown): unknown => {
-    if (Array.isArray(x)) return x.map(sort);
-    if (x && typeof x === 'object') {
-      const o = x as Record<string, unknown>;
-      const out: Record<string, unknown> = {};
-      for (const k of Object.keys(o).sort()) out[k] = sort(o[k]);
-      return out;
+/** Runs `fn` until it resolves, backing off 100, 200, ... ms (at most 1 s), for about `budgetMs`. */
+async function retrying<T>(fn: () => Promise<T>, budgetMs: number): Promise<T> {
+  const end = Date.now() + budgetMs;
+  for (let attempt = 1; ; attempt++) {
+    try {
+      return await fn();
+    } catch (err) {
+      if (Date.now() >= end) throw err;
+      await new Promise((r) => setTimeout(r, Math.min(100 * attempt, 1000)));
     }
-    return x;
-  };
-  return goMarshal(sort(v));
-}
-
-/** `api.ResultMessage` in Go field order with `omitempty`. */
-function resultJson(id: string, o: Outcome): string {
-  if ('statusCode' in o) return goMarshal({ id, status_code: o.statusCode, payload: o.payload });
-  return goMarshal({ id, payload: goMarshal({ error: o.errorMessage }), error_code: o.errorCode, error_message: o.errorMessage });
-}
-
-function parseMessage(raw: string): Message | null {
-  let v: unknown;
-  try {
-    v = JSON.parse(raw);
-  } catch {
-    return null;
   }
-  if (!v || typeof v !== 'object') return null;
-  const o = v as Record<string, unknown>;
-  const kind = o['request_kind'];
-  const data = o['data'] as RequestData | undefined;
-  // The AP cannot unmarshal an unknown kind or an empty data: dropped silently.
-  if ((kind !== 'redis' && kind !== 'plain') || !data || typeof data !== 'object') return null;
-  if (typeof data.deadline !== 'number' || !Number.isInteger(data.deadline)) return null;
-  if (typeof data.id !== 'string') return null;
-  const internal = { ...((o['internal'] as Internal | undefined) ?? {}) };
-  return { internal, data, kind };
 }
 
 export class TestAsyncProcessor {
@@ -133,7 +86,10 @@ export class TestAsyncProcessor {
   readonly results: StoredResult[] = [];
   /** Messages dropped at dequeue because their deadline had passed. */
   readonly expired: string[] = [];
-  private readonly redis: Redis;
+  /** Popped messages dropped because a failover left it unknown whether the pop was ours. */
+  readonly unclaimed: string[] = [];
+  private readonly redis: RedisClient;
+  private readonly ack: ReplicaAck | undefined;
   private readonly queues = new Map<string, ApQueue>();
   private timer: NodeJS.Timeout | undefined;
   private running = false;
@@ -147,8 +103,14 @@ export class TestAsyncProcessor {
       if (!LOOPBACK.has(host)) throw new Error(`test AP dispatches to loopback only, got ${q.igwBaseUrl}`);
       this.queues.set(q.queueName, q);
     }
-    this.redis = new Redis(opts.redisUrl, { maxRetriesPerRequest: 1, lazyConnect: true });
+    this.redis = createRedisClient(parseRedisTarget(opts.redisUrl), {
+      maxRetriesPerRequest: 1,
+      enableOfflineQueue: true,
+      autoResendUnfulfilledCommands: false,
+      commandTimeout: Math.max(3000, (opts.ackTimeoutMs ?? 1000) * 3),
+    });
     this.redis.on('error', () => undefined);
+    if ((opts.ackReplicas ?? 0) > 0) this.ack = new ReplicaAck(this.redis, opts.ackReplicas ?? 0, opts.ackTimeoutMs ?? 1000);
   }
 
   private get retryQueue(): string {
@@ -195,8 +157,29 @@ export class TestAsyncProcessor {
       const free = Math.min(this.opts.batchSize ?? 10, (this.opts.concurrency ?? 8) - this.busy);
       if (free <= 0) return;
       const popped = (await this.redis.zpopmin(q.queueName, free)) as string[];
-      for (let i = 0; i < popped.length; i += 2) await this.dequeued(q, popped[i]!);
+      const members: string[] = [];
+      for (let i = 0; i < popped.length; i += 2) members.push(popped[i]!);
+      for (const member of await this.claim(q.queueName, members)) await this.dequeued(q, member);
     }
+  }
+
+  /**
+   * With `ackReplicas`, a pop counts only once a replica has it too: otherwise a promoted replica
+   * would serve the message again (run twice). When the WAIT broke (a failover), each message is
+   * removed again on whatever master now serves the queue: removed = ours; already gone = the pop
+   * survived the failover or another consumer has it, and at-most-once drops it. A short count
+   * with the master still there dispatches (the pop is on that master).
+   */
+  private async claim(queue: string, members: string[]): Promise<string[]> {
+    if (!this.ack || members.length === 0) return members;
+    if ((await this.ack.check(queue)) !== 'broken') return members;
+    const ours: string[] = [];
+    for (const member of members) {
+      const removed = await retrying(() => this.redis.zrem(queue, member), 15_000).catch(() => 0);
+      if (removed === 1) ours.push(member);
+      else this.unclaimed.push(parseMessage(member)?.data.id ?? '?');
+    }
+    return ours;
   }
 
   /** The retry mover: due retries go back to their origin queue, scored by deadline. */
@@ -322,23 +305,27 @@ export class TestAsyncProcessor {
     });
   }
 
-  /** LPUSH, EXPIRE when the queue sets a TTL, then the cleanup script; three attempts. */
+  /**
+   * LPUSH, EXPIRE when the queue sets a TTL, then the cleanup script; three attempts (with
+   * `ackReplicas`, until a WAIT did not break, for up to 15 s: a failover must not lose a result).
+   */
   private async writeResult(m: Message, outcome: Outcome): Promise<void> {
     const q = this.queues.get(m.internal.queue_id ?? '') ?? this.queues.get(m.internal.request_queue_name ?? '');
     const dest = q?.resultQueueName || m.internal.result_queue_name || this.opts.resultQueueName || 'result-list';
     const json = resultJson(m.data.id, outcome);
-    for (let attempt = 0; attempt < 3; attempt++) {
-      try {
-        const p = this.redis.pipeline().lpush(dest, json);
-        if (q?.resultTtlSeconds) p.expire(dest, q.resultTtlSeconds);
-        p.eval(CLEANUP_REQUEST_STATE, 2, `request-active:${m.data.id}`, `request-cancel:${m.data.id}`, m.internal.request_token ?? '');
-        const replies = await p.exec();
-        if (replies?.some(([err]) => err)) throw new Error('result write failed');
-        this.results.push({ destination: dest, json });
-        return;
-      } catch {
-        await new Promise((r) => setTimeout(r, 100 * (attempt + 1)));
-      }
+    const write = async (): Promise<void> => {
+      const p = this.redis.pipeline().lpush(dest, json);
+      if (q?.resultTtlSeconds) p.expire(dest, q.resultTtlSeconds);
+      p.eval(CLEANUP_REQUEST_STATE, 2, `request-active:${m.data.id}`, `request-cancel:${m.data.id}`, m.internal.request_token ?? '');
+      const replies = await p.exec();
+      if (replies?.some(([err]) => err)) throw new Error('result write failed');
+      if (this.ack && (await this.ack.check(dest)) === 'broken') throw new Error('result write not confirmed');
+    };
+    try {
+      await retrying(write, this.ack ? 15_000 : 600);
+      this.results.push({ destination: dest, json });
+    } catch {
+      // Given up: the marker expires at the deadline and GET answers 410.
     }
   }
 

@@ -132,6 +132,8 @@ export async function startService(config: AppConfig, opts: ServiceOptions = {})
       else if (step.ping) dependencies.push({ name: step.type, check: () => step.ping!() });
     }
 
+    metrics?.watchQueues(steps.filter((s) => s.queueStats).map((s) => () => s.queueStats!()));
+
     const handler = new PipelineHandler({
       steps,
       routes,

@@ -142,7 +142,7 @@ export const STEPS: readonly StepSpec[] = [
     type: 'async-broker',
     doc: 'Optional first step bridging to the llm-d-async Redis broker, chosen per request by a header. Unknown params stop start-up. Details: [async-broker.md](async-broker.md).',
     params: [
-      { name: 'redis_url', type: 'string (URL)', doc: 'Required. `redis://user:pass@host:port/db` or `rediss://`.' },
+      { name: 'redis_url', type: 'string (URL)', doc: 'Required. `redis://user:pass@host:port/db` or `rediss://`; Sentinel `redis-sentinel://host:port,host:port/<master>[/db]`; Cluster `redis-cluster://host:port,host:port` (hash-tagged keys, see async-broker.md).' },
       { name: 'mode_header', type: 'string', default: 'X-AP-Mode', doc: 'Request header choosing `passthrough`, `enqueue` or `wait` (case-insensitive); absent = step does nothing.' },
       { name: 'tenant_header', type: 'string', default: 'X-Team', doc: 'Request header naming the tenant.' },
       { name: 'timeout_header', type: 'string', default: 'X-Request-Timeout-Seconds', doc: 'Request header with the client\'s deadline in seconds.' },
@@ -161,6 +161,9 @@ export const STEPS: readonly StepSpec[] = [
       { name: 'quota.window_seconds', type: 'int', default: '300', doc: 'Lifetime of a quota counter.' },
       { name: 'forward_headers', type: 'list of strings', default: '[x-llm-d-slo-ttft-ms, x-llm-d-slo-tpot-ms]', doc: 'Request headers copied into the queued envelope.' },
       { name: 'wakeup_mode', type: 'enum: auto, notify, poll', default: 'auto', doc: 'How a waiting request learns its result landed: keyspace notifications, polling, or notifications with polling as fallback.' },
+      { name: 'ack_replicas', type: 'int >= 0', default: '1 with Sentinel or Cluster, else 0', doc: 'Replicas that must confirm an enqueue (`WAIT`) before the 202; the 202 then carries `x-ap-replicated: true` or `false`.' },
+      { name: 'ack_timeout_ms', type: 'int', default: '1000', doc: 'The `WAIT` timeout; below the command timeout (`read_timeout`, 3 s).' },
+      { name: 'queue_metrics', type: 'bool', default: 'true', doc: 'Export the routed queues\' depth and oldest age from the one replica holding the lease in Redis.' },
     ],
   },
 ];

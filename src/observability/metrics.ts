@@ -12,6 +12,7 @@ import type { StreamObserver } from '../extproc/server';
 import type { ForceStreamObserver } from '../pipeline/step';
 import { classify } from '../pipeline/errors';
 import { errorCode, executionPath, routeLabel } from './request-facts';
+import { registerQueueGauges, type QueueStatsSource } from './queue-metrics';
 import { KNOWN_MESSAGES, LATENCY_BUCKETS, ModelNameLabels, SIZE_BUCKETS, TOKEN_BUCKETS, probeResult, statusLabel } from './metric-labels';
 
 export { LATENCY_BUCKETS, MAX_MODEL_NAME_LENGTH, MAX_MODEL_NAMES, ModelNameLabels, SIZE_BUCKETS, TOKEN_BUCKETS } from './metric-labels';
@@ -269,6 +270,11 @@ export class CoordinatorMetrics implements PipelineObserver {
         };
       },
     };
+  }
+
+  /** Adds the async broker's backlog gauges, read from `sources` at scrape time. Call once. */
+  watchQueues(sources: readonly QueueStatsSource[]): void {
+    if (sources.length > 0) registerQueueGauges(this.registry, OWN, sources);
   }
 
   /** The exposition text and its content type, for the `/metrics` handler. */

@@ -30,6 +30,18 @@ export interface StepLifecycle {
   ping?(): Promise<boolean>;
   /** Releases what `start` opened, at shutdown. Idempotent. */
   close?(): Promise<void>;
+  /**
+   * The queues this step feeds, measured now (read at scrape time). An empty list when another
+   * replica reports them, or the store cannot be read. Never rejects.
+   */
+  queueStats?(): Promise<readonly QueueStat[]>;
+}
+
+/** One queue's backlog: the jobs waiting, and the age of the oldest (`null` when empty or unknown). */
+export interface QueueStat {
+  readonly queue: string;
+  readonly depth: number;
+  readonly oldestAgeSeconds: number | null;
 }
 
 export interface Step extends StepLifecycle {

@@ -320,3 +320,24 @@ test("trust boundary: a client fairness id or objective never reaches a worker; 
   }
   expect((await call('GET', '/v1/models', {}, undefined, stack.asyncUrl)).status).toBe(404);
 });
+
+test("the service's /metrics exports the queue's depth and its oldest job's age, and follows the processor draining it", async () => {
+  const scrape = async (): Promise<Record<string, number>> => {
+    const res = await request(`http://127.0.0.1:${stack.service.metricsPort}/metrics`, { signal: AbortSignal.timeout(10_000) });
+    const out: Record<string, number> = {};
+    for (const m of (await res.body.text()).matchAll(/^(epd_coordinator_async_queue_\w+)\{queue="([^"]+)"\} (\S+)$/gm)) {
+      out[`${m[1]}{${m[2]}}`] = Number(m[3]);
+    }
+    return out;
+  };
+  const ids = [nextId(), nextId()];
+  for (const id of ids) expect((await post('enqueue', id, `backlog ${id}`)).status).toBe(202);
+  await new Promise((r) => setTimeout(r, 1100));
+  const queued = await scrape();
+  expect(queued[`epd_coordinator_async_queue_depth{${QUEUE}}`]).toBe(2);
+  expect(queued[`epd_coordinator_async_queue_oldest_age_seconds{${QUEUE}}`]).toBeGreaterThanOrEqual(1);
+  await ap.runOnce();
+  const drained = await scrape();
+  expect(drained[`epd_coordinator_async_queue_depth{${QUEUE}}`]).toBe(0);
+  expect(drained[`epd_coordinator_async_queue_oldest_age_seconds{${QUEUE}}`]).toBe(0);
+});

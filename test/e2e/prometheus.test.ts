@@ -36,6 +36,7 @@ const RATE_WINDOW = '1m';
 const NO_ENDPOINT_ANSWERS = 3;
 const WORKER_5XX = 3;
 const ROUNDS = 2;
+const QUEUED = 3;
 let seq = 0;
 const nextId = (): string => `prom-${process.pid}-${Date.now()}-${++seq}`;
 const longPrompt = (tag: string) => Array.from({ length: 60 }, (_, i) => `${tag}${i}`).join(' ');
@@ -96,7 +97,14 @@ const title = 'Prometheus scrapes the stack: every dashboard and alert expressio
     for (let i = 0; i < WORKER_5XX; i++) statuses.push(await post(chat(longPrompt(tag(`fail${i}`))))); // upstream_5xx
     stack.sims.prefill.setFaults([]);
     statuses.push(await post('{"model": "sim-model", "messages": [')); // bad_request
-    for (let i = 0; i < 3; i++) statuses.push(await post(chat(tag(`queued ${i}`)), { 'x-ap-mode': 'enqueue' })); // step_response
+    for (let i = 0; i < QUEUED; i++) statuses.push(await post(chat(tag(`queued ${i}`)), { 'x-ap-mode': 'enqueue' })); // step_response
+    // The jobs wait until Prometheus has seen them queued; then the processor drains the queue.
+    await waitUntil(
+      async () => scalarOf(await prom.query(`max(epd_coordinator_async_queue_depth{queue="${QUEUE}"})`)) >= QUEUED,
+      'Prometheus to see the queued jobs',
+      10_000,
+      250,
+    );
     await ap.runOnce();
     return statuses;
   };
@@ -147,7 +155,7 @@ const title = 'Prometheus scrapes the stack: every dashboard and alert expressio
       const statuses = await driveRound(round);
       expect(statuses.filter((s) => s === 200)).toHaveLength(3 + 2 + 4 + NO_ENDPOINT_ANSWERS);
       expect(statuses.filter((s) => s === 502)).toHaveLength(WORKER_5XX);
-      expect(statuses.filter((s) => s === 202)).toHaveLength(3);
+      expect(statuses.filter((s) => s === 202)).toHaveLength(QUEUED);
       await waitScraped();
     }
     await sleep(2000); // a few more rule evaluations after the traffic
@@ -186,7 +194,7 @@ const title = 'Prometheus scrapes the stack: every dashboard and alert expressio
     }
   });
 
-  test('the panels see what the traffic did: each path, each disaggregation decision, the no-endpoint answers and the worker 5xx', async () => {
+  test('the panels see what the traffic did: each path, each disaggregation decision, the no-endpoint answers, the worker 5xx and the queued jobs', async () => {
     const labels = async (expr: string, label: string) => new Set((await prom.query(expr)).map((s) => s.metric[label]));
     expect([...(await labels('sum by (path) (epd_coordinator_decisions_total)', 'path'))]).toEqual(
       expect.arrayContaining(['cascade', 'cache_hit', 'step_response', 'error']),
@@ -206,6 +214,13 @@ const title = 'Prometheus scrapes the stack: every dashboard and alert expressio
       ROUNDS * 2 * WORKER_5XX,
     );
     expect(scalarOf(await prom.query('epd_coordinator_ready'))).toBe(1);
+    // The broker's queue: seen holding the jobs, then drained by the processor.
+    const depth = `epd_coordinator_async_queue_depth{queue="${QUEUE}"}`;
+    expect(scalarOf(await prom.query(`max_over_time(${depth}[${RATE_WINDOW}])`))).toBeGreaterThanOrEqual(QUEUED);
+    expect(scalarOf(await prom.query(depth))).toBe(0);
+    expect(
+      scalarOf(await prom.query(`max_over_time(epd_coordinator_async_queue_oldest_age_seconds{queue="${QUEUE}"}[${RATE_WINDOW}])`)),
+    ).toBeGreaterThan(0);
   });
 
   test('the rules load and evaluate without errors, and the traffic puts the error-ratio and no-endpoint alerts in pending', async () => {

@@ -17,6 +17,8 @@ export interface RedisServerOptions {
   readonly notifyKeyspaceEvents?: string;
   /** Extra `--name value` arguments. */
   readonly extraArgs?: readonly string[];
+  /** Arguments before all others (a config file, then `--sentinel`, for a Sentinel). */
+  readonly leadingArgs?: readonly string[];
 }
 
 export class RedisServer {
@@ -61,6 +63,7 @@ export class RedisServer {
 
   private async launch(): Promise<void> {
     const args = [
+      ...(this.opts.leadingArgs ?? []),
       ...redisServerArgs(this.port, this.dir, this.opts.notifyKeyspaceEvents ?? 'Kl'),
       '--daemonize',
       'no',
@@ -105,6 +108,16 @@ export class RedisServer {
     await exited;
     clearTimeout(killer);
     await waitUntil(async () => !(await isListening(this.port, 100)), `port ${this.port} to close`, 5000, 25);
+  }
+
+  /** SIGKILL, as a crashed host: nothing is flushed or handed over. Waits for the exit. */
+  async kill(): Promise<void> {
+    const child = this.child;
+    this.child = undefined;
+    if (!child || child.exitCode !== null || child.signalCode !== null) return;
+    const exited = new Promise<void>((resolve) => child.once('exit', () => resolve()));
+    child.kill('SIGKILL');
+    await exited;
   }
 
   /** Starts the server again on the same port and dir (data is gone: no persistence). */

@@ -6,7 +6,9 @@
 import { ConfigError } from '../../config/errors';
 import { PIPELINE_INJECTED_PARAMS } from '../../pipeline/builder';
 import type { StepParams } from '../../pipeline/step';
-import { parseRedisUrl, RedisUrlError, type RedisTarget } from './redis-url';
+import type { KeyLayout } from './keys';
+import { DEFAULT_COMMAND_TIMEOUT_MS, RedisUrlError, type RedisTarget } from './redis-url';
+import { parseRedisTarget } from './redis-topology';
 
 export const STEP_NAME = 'async-broker';
 
@@ -68,12 +70,20 @@ export interface AsyncBrokerConfig {
   /** As configured (the envelope keys them by the configured name), in order, de-duplicated case-insensitively. */
   readonly forwardHeaders: readonly string[];
   readonly wakeupMode: WakeupMode;
+  /** `cluster` (hash-tagged) for a Cluster URL, else upstream's names. */
+  readonly keyLayout: KeyLayout;
+  /** Replicas a `WAIT` must confirm before an enqueue is acknowledged; 0 = no WAIT. */
+  readonly ackReplicas: number;
+  readonly ackTimeoutMs: number;
+  /** Report the routed queues' depth and age (one replica at a time, by a lease in Redis). */
+  readonly queueMetrics: boolean;
 }
 
 export const DEFAULT_FORWARD_HEADERS = ['x-llm-d-slo-ttft-ms', 'x-llm-d-slo-tpot-ms'] as const;
 export const BUILTIN_DEFAULT_SECONDS: Readonly<Record<QueuedMode, number>> = { wait: 60, enqueue: 3600 };
 export const DEFAULT_QUOTA_WINDOW_SECONDS = 300;
 export const DEFAULT_FETCH_GRACE_SECONDS = 60;
+export const DEFAULT_ACK_TIMEOUT_MS = 1000;
 
 const TOP_LEVEL = new Set([
   'redis_url',
@@ -92,6 +102,9 @@ const TOP_LEVEL = new Set([
   'quota',
   'forward_headers',
   'wakeup_mode',
+  'ack_replicas',
+  'ack_timeout_ms',
+  'queue_metrics',
 ]);
 
 /** RFC 9110 token: what a header name may contain. */
@@ -231,6 +244,24 @@ function parseForwardHeaders(v: unknown, banned: readonly string[]): string[] {
   return out;
 }
 
+/**
+ * `ack_replicas` defaults to 1 behind Sentinel or Cluster (a failover is expected there) and to 0
+ * for a plain URL. The WAIT must end before the command timeout, or the command would fail first.
+ */
+function parseAck(p: Obj, redis: RedisTarget): { replicas: number; timeoutMs: number } {
+  const replicas = nonNegative('ack_replicas', p['ack_replicas'], redis.topology.kind === 'single' ? 0 : 1);
+  const timeoutMs = nonNegative('ack_timeout_ms', p['ack_timeout_ms'], DEFAULT_ACK_TIMEOUT_MS);
+  const commandMs = redis.commandTimeoutMs ?? DEFAULT_COMMAND_TIMEOUT_MS;
+  if (replicas > 0 && (timeoutMs < 1 || timeoutMs >= commandMs)) {
+    throw new ConfigError(
+      keyName('ack_timeout_ms'),
+      `between 1 and the command timeout (${commandMs} ms, read_timeout), exclusive`,
+      timeoutMs,
+    );
+  }
+  return { replicas, timeoutMs };
+}
+
 export function parseAsyncBrokerConfig(params: StepParams): AsyncBrokerConfig {
   const p: Obj = {};
   // The pipeline's own settings reach every step; this one has no use for them.
@@ -241,10 +272,11 @@ export function parseAsyncBrokerConfig(params: StepParams): AsyncBrokerConfig {
   if (redisUrl === '') throw new ConfigError(keyName('redis_url'), 'a Redis URL such as redis://127.0.0.1:6379/0 (redis_url is required)');
   let redis: RedisTarget;
   try {
-    redis = parseRedisUrl(redisUrl);
+    redis = parseRedisTarget(redisUrl);
   } catch (err) {
     // The URL itself may hold a password, so only the reason is echoed.
-    if (err instanceof RedisUrlError) throw new ConfigError(keyName('redis_url'), `a redis:// or rediss:// URL (${err.message})`);
+    if (err instanceof RedisUrlError)
+      throw new ConfigError(keyName('redis_url'), `a redis://, rediss://, redis-sentinel:// or redis-cluster:// URL (${err.message})`);
     throw err;
   }
 
@@ -258,6 +290,12 @@ export function parseAsyncBrokerConfig(params: StepParams): AsyncBrokerConfig {
   if (wakeup !== 'auto' && wakeup !== 'notify' && wakeup !== 'poll') {
     throw new ConfigError(keyName('wakeup_mode'), 'auto, notify, or poll', wakeup);
   }
+  const clustered = redis.topology.kind === 'cluster';
+  // Keyspace notifications are local to the node that holds the key; one subscriber cannot see them all.
+  if (clustered && wakeup === 'notify') throw new ConfigError(keyName('wakeup_mode'), 'auto or poll with a Redis Cluster', wakeup);
+  const ack = parseAck(p, redis);
+  const queueMetrics = p['queue_metrics'] ?? true;
+  if (typeof queueMetrics !== 'boolean') throw new ConfigError(keyName('queue_metrics'), 'true or false', queueMetrics);
 
   return {
     redisUrl,
@@ -278,6 +316,10 @@ export function parseAsyncBrokerConfig(params: StepParams): AsyncBrokerConfig {
     fairnessHeader,
     quota: parseQuota(p['quota']),
     forwardHeaders: parseForwardHeaders(p['forward_headers'], [modeHeader.toLowerCase(), objectiveHeader, fairnessHeader]),
-    wakeupMode: wakeup,
+    wakeupMode: clustered ? 'poll' : wakeup,
+    keyLayout: clustered ? 'cluster' : 'llm-d-async',
+    ackReplicas: ack.replicas,
+    ackTimeoutMs: ack.timeoutMs,
+    queueMetrics,
   };
 }

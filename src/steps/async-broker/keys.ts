@@ -1,11 +1,19 @@
 /**
  * Redis key and channel names shared with llm-d-async. These
  * strings are the wire contract: the AP derives the same names from the envelope id.
+ *
+ * Under Redis Cluster a transaction or script may touch only keys of one slot, and the lookup, the
+ * submit and every Lua script touch several of a request's keys. The `cluster` layout therefore
+ * wraps the envelope id in a hash tag (`{<tenant>:<id>}`): every key derived from it, by us or by
+ * the AP (`request-active:` + id, `request-cancel:` + id, `results:req:` + id), hashes to one slot.
+ * The `llm-d-async` layout (plain URL, Sentinel) keeps upstream's names unchanged.
  */
 
+export type KeyLayout = 'llm-d-async' | 'cluster';
+
 /** Tenant and client id joined: the envelope's `data.id` and the suffix of the marker keys. */
-export function envelopeId(tenant: string, id: string): string {
-  return `${tenant}:${id}`;
+export function envelopeId(tenant: string, id: string, layout: KeyLayout = 'llm-d-async'): string {
+  return layout === 'cluster' ? `{${tenant}:${id}}` : `${tenant}:${id}`;
 }
 
 export interface RequestKeys {
@@ -19,8 +27,8 @@ export interface RequestKeys {
   readonly cancel: string;
 }
 
-export function requestKeys(tenant: string, id: string): RequestKeys {
-  const env = envelopeId(tenant, id);
+export function requestKeys(tenant: string, id: string, layout: KeyLayout = 'llm-d-async'): RequestKeys {
+  const env = envelopeId(tenant, id, layout);
   return {
     envelopeId: env,
     mailbox: `results:req:${env}`,

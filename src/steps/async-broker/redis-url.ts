@@ -1,12 +1,31 @@
 /**
  * `redis_url` in go-redis syntax (`redis://user:pass@host:port/db?dial_timeout=3s`, `rediss://` for
- * TLS), turned into ioredis options. The DB index is kept apart because the keyspace channel name
- * (`__keyspace@<db>__:...`) depends on it.
+ * TLS), turned into a target (the Sentinel and Cluster forms are in `./redis-topology.ts`). The DB
+ * index is kept apart because the keyspace channel name (`__keyspace@<db>__:...`) depends on it.
  */
 import type { RedisOptions } from 'ioredis';
 import { parseDuration } from '../../config/duration';
 
+export interface HostPort {
+  readonly host: string;
+  readonly port: number;
+}
+
+/** How the servers are found: one address, a Sentinel-managed master, or a Cluster. */
+export type RedisTopology =
+  | { readonly kind: 'single' }
+  | {
+      readonly kind: 'sentinel';
+      readonly sentinels: readonly HostPort[];
+      readonly masterName: string;
+      readonly sentinelUsername?: string;
+      readonly sentinelPassword?: string;
+    }
+  | { readonly kind: 'cluster'; readonly nodes: readonly HostPort[] };
+
 export interface RedisTarget {
+  readonly topology: RedisTopology;
+  /** The server (single), or the first sentinel or seed node. */
   readonly host: string;
   readonly port: number;
   readonly db: number;
@@ -27,9 +46,9 @@ export class RedisUrlError extends Error {
 }
 
 /** go-redis options we map onto ioredis. */
-const MAPPED = new Set(['db', 'dial_timeout', 'read_timeout', 'write_timeout', 'client_name', 'skip_verify']);
+const MAPPED_OPTIONS: ReadonlySet<string> = new Set(['db', 'dial_timeout', 'read_timeout', 'write_timeout', 'client_name', 'skip_verify']);
 /** go-redis pool and retry tuning with no ioredis counterpart (one multiplexed connection); accepted and ignored. */
-const IGNORED = new Set([
+const IGNORED_OPTIONS: ReadonlySet<string> = new Set([
   'protocol',
   'max_retries',
   'min_retry_backoff',
@@ -57,44 +76,22 @@ function durationOption(name: string, raw: string): number | undefined {
   return ms;
 }
 
-function dbIndex(raw: string): number {
+export function dbIndex(raw: string): number {
   if (!/^\d{1,5}$/.test(raw)) throw new RedisUrlError(`invalid database number: ${JSON.stringify(raw)}`);
   return Number(raw);
 }
 
-export function parseRedisUrl(text: string): RedisTarget {
-  let url: URL;
-  try {
-    url = new URL(text);
-  } catch {
-    throw new RedisUrlError('not a URL');
-  }
-  if (url.protocol !== 'redis:' && url.protocol !== 'rediss:') {
-    throw new RedisUrlError(`invalid URL scheme: ${url.protocol.replace(/:$/, '')} (expected redis or rediss)`);
-  }
-  const host = url.hostname.replace(/^\[(.*)\]$/, '$1') || 'localhost';
-  const port = url.port === '' ? 6379 : Number(url.port);
-  let db = 0;
-  const path = url.pathname.replace(/^\//, '');
-  if (path !== '') db = dbIndex(path);
+export type MutableTarget = { -readonly [K in keyof RedisTarget]: RedisTarget[K] };
 
-  const out: { -readonly [K in keyof RedisTarget]: RedisTarget[K] } = {
-    host,
-    port,
-    db,
-    tls: url.protocol === 'rediss:',
-    skipVerify: false,
-  };
-  if (url.username) out.username = decodeURIComponent(url.username);
-  if (url.password) out.password = decodeURIComponent(url.password);
-
-  for (const [name, value] of url.searchParams) {
-    if (IGNORED.has(name)) continue;
-    if (!MAPPED.has(name)) throw new RedisUrlError(`unexpected option: ${name}`);
+/** Applies the go-redis query options shared by every form; `extra` claims form-specific ones first. */
+export function applyOptions(out: MutableTarget, params: URLSearchParams, extra?: (name: string, value: string) => boolean): void {
+  for (const [name, value] of params) {
+    if (extra?.(name, value)) continue;
+    if (IGNORED_OPTIONS.has(name)) continue;
+    if (!MAPPED_OPTIONS.has(name)) throw new RedisUrlError(`unexpected option: ${name}`);
     switch (name) {
       case 'db':
-        db = dbIndex(value);
-        out.db = db;
+        out.db = dbIndex(value);
         break;
       case 'dial_timeout': {
         const ms = durationOption(name, value);
@@ -115,6 +112,35 @@ export function parseRedisUrl(text: string): RedisTarget {
         break;
     }
   }
+}
+
+export function parseRedisUrl(text: string): RedisTarget {
+  let url: URL;
+  try {
+    url = new URL(text);
+  } catch {
+    throw new RedisUrlError('not a URL');
+  }
+  if (url.protocol !== 'redis:' && url.protocol !== 'rediss:') {
+    throw new RedisUrlError(
+      `invalid URL scheme: ${url.protocol.replace(/:$/, '')} (expected redis, rediss, redis-sentinel, rediss-sentinel, redis-cluster or rediss-cluster)`,
+    );
+  }
+  const host = url.hostname.replace(/^\[(.*)\]$/, '$1') || 'localhost';
+  const port = url.port === '' ? 6379 : Number(url.port);
+  const path = url.pathname.replace(/^\//, '');
+
+  const out: MutableTarget = {
+    topology: { kind: 'single' },
+    host,
+    port,
+    db: path === '' ? 0 : dbIndex(path),
+    tls: url.protocol === 'rediss:',
+    skipVerify: false,
+  };
+  if (url.username) out.username = decodeURIComponent(url.username);
+  if (url.password) out.password = decodeURIComponent(url.password);
+  applyOptions(out, url.searchParams);
   return out;
 }
 

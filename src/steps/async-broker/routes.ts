@@ -44,7 +44,7 @@ export function fetchRoute(cfg: AsyncBrokerConfig, store: BrokerStore): Route {
       const invalid = validate(req, cfg);
       if (invalid) return invalid;
       const id = req.params['id']!;
-      const keys = requestKeys(tenantOf(req.headers, cfg), id);
+      const keys = requestKeys(tenantOf(req.headers, cfg), id, cfg.keyLayout);
       let state;
       try {
         state = await store.lookup(keys);
@@ -79,7 +79,7 @@ export function deleteRoute(cfg: AsyncBrokerConfig, store: BrokerStore): Route {
     async handle(req) {
       const invalid = validate(req, cfg);
       if (invalid) return invalid;
-      const keys = requestKeys(tenantOf(req.headers, cfg), req.params['id']!);
+      const keys = requestKeys(tenantOf(req.headers, cfg), req.params['id']!, cfg.keyLayout);
       // Cancel first, so a still-queued request is never dispatched (the AP stores CANCELLED instead).
       try {
         await store.cancel(keys);

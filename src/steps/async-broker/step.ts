@@ -5,18 +5,22 @@
  */
 import type { Logger } from 'pino';
 import type { RequestContext } from '../../pipeline/context';
-import type { Step, StepDeps, StepOutcome, StepResponse } from '../../pipeline/step';
+import type { QueueStat, Step, StepDeps, StepOutcome, StepResponse } from '../../pipeline/step';
 import { STEP_NAME, type AsyncBrokerConfig, type QueuedMode } from './config';
 import { requestKeys } from './keys';
 import { QuotaClassifier } from './quota';
+import { configuredQueues, QueueStats } from './queue-stats';
 import { checkRequest, modeValue } from './request';
 import { ENQUEUE_FAILED_MESSAGE, errorResponse, pendingResponse, storedEntryResponse } from './responses';
 import { deleteRoute, fetchRoute, modelsRoute } from './routes';
 import { routeFor, UnroutedModels } from './routing';
 import { BrokerStore } from './store';
-import { admit } from './submit';
+import { admit, type Admission } from './submit';
 import { holdForResult } from './wait';
 import { Wakeup } from './wakeup';
+
+/** The answer header that says whether replicas confirmed an enqueue. */
+export const REPLICATED_HEADER = 'x-ap-replicated';
 
 /** Deprecated aliases the EPP still reads; a client must not self-assign priority through them. */
 const DEPRECATED_ALIASES = ['x-gateway-inference-objective', 'x-gateway-inference-fairness-id'];
@@ -27,6 +31,16 @@ const DEPRECATED_ALIASES = ['x-gateway-inference-objective', 'x-gateway-inferenc
  */
 function clearHeader(ctx: RequestContext, name: string): void {
   if (ctx.headers[name] !== undefined) ctx.stampHeader(name, '');
+}
+
+/**
+ * `x-ap-replicated` on a 202 when replica confirmation is on: `true` once `ack_replicas` replicas
+ * hold the job, `false` when the WAIT timed out or failed. The job is on the master either way,
+ * so it is still a 202 (a 503 would invite a duplicate); `false` says a failover may lose it.
+ */
+function withReplication(r: StepResponse, a: Admission, ackReplicas: number): StepResponse {
+  if (ackReplicas <= 0 || a.kind !== 'submitted' || a.replicated === undefined) return r;
+  return { ...r, headers: { ...r.headers, [REPLICATED_HEADER]: String(a.replicated) } };
 }
 
 function withTimeout<T>(p: Promise<T>, ms: number): Promise<T | undefined> {
@@ -45,14 +59,21 @@ export class AsyncBrokerStep implements Step {
   private readonly wakeup: Wakeup;
   private readonly quota: QuotaClassifier;
   private readonly unrouted = new UnroutedModels();
+  private readonly backlog: QueueStats | undefined;
 
   constructor(
     readonly config: AsyncBrokerConfig,
     log: Logger,
   ) {
-    this.store = new BrokerStore(config.redis, log);
+    this.store = new BrokerStore(config.redis, log, { replicas: config.ackReplicas, timeoutMs: config.ackTimeoutMs });
     this.wakeup = new Wakeup(config.wakeupMode, this.store, log);
     this.quota = new QuotaClassifier(config.quota, this.store);
+    if (config.queueMetrics) this.backlog = new QueueStats(this.store, configuredQueues(config.routes, config.defaultQueue), log);
+  }
+
+  /** The routed queues' depth and oldest age, when this replica holds the reporting lease. */
+  async queueStats(): Promise<readonly QueueStat[]> {
+    return this.backlog ? this.backlog.collect() : [];
   }
 
   /** Registers `GET /v1/models`, `GET` and `DELETE /v1/requests/{id}`. */
@@ -139,7 +160,7 @@ export class AsyncBrokerStep implements Step {
     route: { queue: string; tier: string; matched: boolean },
   ): Promise<StepResponse> {
     const id = ctx.requestId;
-    const keys = requestKeys(tenant, id);
+    const keys = requestKeys(tenant, id, this.config.keyLayout);
     const admission = await admit({ ctx, cfg: this.config, store: this.store, mode, tenant, keys, route, nowMs: Date.now() });
     switch (admission.kind) {
       case 'failed':
@@ -150,7 +171,10 @@ export class AsyncBrokerStep implements Step {
         return this.deliverStored(ctx, keys.mailbox, admission.raw, id);
       case 'live':
       case 'submitted':
-        if (mode === 'enqueue') return pendingResponse(id, id);
+        if (admission.kind === 'submitted' && admission.replicated === false) {
+          ctx.log.warn({ replicas: this.config.ackReplicas }, 'async-broker: enqueue not confirmed by the replicas; acknowledged anyway');
+        }
+        if (mode === 'enqueue') return withReplication(pendingResponse(id, id), admission, this.config.ackReplicas);
         return holdForResult({
           store: this.store,
           wakeup: this.wakeup,

@@ -1,13 +1,14 @@
 /**
- * Every Redis command the step issues, on one ioredis connection
- * per step instance. Commands fail fast while Redis is unreachable (no offline queue, one attempt,
- * a command timeout); the connection heals itself in the background.
+ * Every Redis command the step issues, on one ioredis client per step instance (plus a second one
+ * for submits when they are WAITed for). Commands fail fast while Redis is unreachable (no offline
+ * queue, one attempt, a command timeout); the connection heals itself in the background.
  */
 import { createHash } from 'node:crypto';
-import Redis from 'ioredis';
 import type { Logger } from 'pino';
 import { CANCEL_TTL_SECONDS, type RequestKeys } from './keys';
-import { ioredisOptions, type RedisTarget } from './redis-url';
+import { createRedisClient, type RedisClient } from './redis-client';
+import type { RedisTarget } from './redis-url';
+import { ReplicaAck } from './replica-ack';
 import { CLEANUP_REQUEST_STATE, MARK_CANCELLED, QUOTA_ACQUIRE, QUOTA_RELEASE, UNCANCEL } from './scripts';
 
 /** A Lua script run as EVALSHA, falling back to EVAL when the server does not have it cached. */
@@ -18,7 +19,7 @@ export class LuaScript {
     this.sha = createHash('sha1').update(source).digest('hex');
   }
 
-  async run(client: Redis, keys: readonly string[], args: ReadonlyArray<string | number>): Promise<unknown> {
+  async run(client: RedisClient, keys: readonly string[], args: ReadonlyArray<string | number>): Promise<unknown> {
     try {
       return await client.evalsha(this.sha, keys.length, ...keys, ...args);
     } catch (err) {
@@ -62,39 +63,30 @@ function checkExec(replies: [Error | null, unknown][] | null, what: string): unk
   });
 }
 
-export class BrokerStore {
-  readonly client: Redis;
+/**
+ * A client opened on first use. Only the first connect is awaited; afterwards a broken connection
+ * makes commands fail at once while ioredis reconnects in the background.
+ */
+class LazyClient {
   private firstConnect: Promise<void> | undefined;
   private firstConnectSettled = false;
-  private closed = false;
 
   constructor(
-    readonly target: RedisTarget,
-    private readonly log: Logger,
+    readonly client: RedisClient,
+    log: Logger,
   ) {
-    this.client = new Redis(ioredisOptions(target));
     // Without a listener ioredis reports every failed reconnect as an unhandled 'error' event.
     let lastLogged = 0;
-    this.client.on('error', (err: Error) => {
+    client.on('error', (err: Error) => {
       const now = Date.now();
       if (now - lastLogged > 10_000) {
         lastLogged = now;
-        this.log.warn({ err: err.message }, 'async-broker: redis connection error');
+        log.warn({ err: err.message }, 'async-broker: redis connection error');
       }
     });
   }
 
-  /** A second connection with the same settings (the keyspace subscriber). */
-  duplicate(): Redis {
-    return this.client.duplicate();
-  }
-
-  /**
-   * The connection, opened on first use. Only the first connect is awaited; afterwards a broken
-   * connection makes commands fail at once while ioredis reconnects in the background.
-   */
-  async conn(): Promise<Redis> {
-    if (this.closed) throw new StoreError('redis client closed');
+  async get(): Promise<RedisClient> {
     if (this.client.status === 'wait' && !this.firstConnect) {
       this.firstConnect = this.client.connect().then(
         () => {
@@ -106,9 +98,56 @@ export class BrokerStore {
         },
       );
     }
-    // Only the first connect is awaited; later, a broken connection fails commands at once.
     if (this.firstConnect && !this.firstConnectSettled) await this.firstConnect;
     return this.client;
+  }
+}
+
+export interface AckOptions {
+  /** Replicas a WAIT must confirm after a submit; 0 = none. */
+  readonly replicas: number;
+  readonly timeoutMs: number;
+}
+
+export class BrokerStore {
+  private readonly main: LazyClient;
+  /**
+   * Submits run on their own connection when they are WAITed for: a WAIT blocks its connection,
+   * and lookups must not queue behind it.
+   */
+  private readonly writer: LazyClient;
+  private readonly ack: ReplicaAck | undefined;
+  private readonly clustered: boolean;
+  private closed = false;
+
+  constructor(
+    readonly target: RedisTarget,
+    log: Logger,
+    ack: AckOptions = { replicas: 0, timeoutMs: 0 },
+  ) {
+    this.main = new LazyClient(createRedisClient(target), log);
+    this.clustered = target.topology.kind === 'cluster';
+    if (ack.replicas > 0) {
+      this.writer = new LazyClient(createRedisClient(target), log);
+      this.ack = new ReplicaAck(this.writer.client, ack.replicas, ack.timeoutMs);
+    } else {
+      this.writer = this.main;
+    }
+  }
+
+  get client(): RedisClient {
+    return this.main.client;
+  }
+
+  /** A second connection with the same settings (the keyspace subscriber). */
+  duplicate(): RedisClient {
+    return this.main.client.duplicate();
+  }
+
+  /** The command connection, opened on first use. */
+  async conn(): Promise<RedisClient> {
+    if (this.closed) throw new StoreError('redis client closed');
+    return this.main.get();
   }
 
   async ping(): Promise<void> {
@@ -126,23 +165,42 @@ export class BrokerStore {
     return undefined;
   }
 
-  /** Producer submit: `MULTI; DEL cancel; SET active token PX ms; ZADD queue deadline member; EXEC`. */
-  async submit(s: Submission): Promise<void> {
-    const c = await this.conn();
+  /**
+   * Producer submit: `MULTI; DEL cancel; SET active token PX ms; ZADD queue deadline member; EXEC`.
+   * In a Cluster the queue lives in another slot than the request's keys, so the ZADD follows the
+   * transaction instead of being part of it (marker first: the AP may pop the job at once, and a
+   * result must never be followed by a `DEL mailbox`). Resolves to whether the configured replicas
+   * confirmed the write, or `undefined` when no confirmation is asked for.
+   */
+  async submit(s: Submission): Promise<boolean | undefined> {
+    if (this.closed) throw new StoreError('redis client closed');
+    const c = await this.writer.get();
     const tx = c.multi();
     if (s.clearMailbox) tx.del(s.keys.mailbox);
     tx.del(s.keys.cancel);
     tx.set(s.keys.active, s.token, 'PX', s.ttlMs);
-    tx.zadd(s.queue, s.deadline, s.member);
+    if (!this.clustered) tx.zadd(s.queue, s.deadline, s.member);
+    // A lost reply (a connection error) leaves the outcome unknown: the marker stays, so a retry
+    // with the same id re-attaches instead of queueing a second copy.
     const replies = await tx.exec();
     try {
       checkExec(replies, 'submit');
+      if (this.clustered) {
+        await c.zadd(s.queue, s.deadline, s.member).catch((err: Error) => {
+          throw err.name === 'ReplyError' ? new StoreError(`submit: ZADD failed: ${err.message}`) : err;
+        });
+      }
     } catch (err) {
+      if (!(err instanceof StoreError)) throw err;
       // A transaction does not roll back: if the ZADD failed (e.g. WRONGTYPE) the marker is set with
       // nothing queued behind it. Take our marker back so the id does not look pending until its deadline.
       await cleanupScript.run(c, [s.keys.active, s.keys.cancel], [s.token]).catch(() => undefined);
       throw err;
     }
+    if (!this.ack) return undefined;
+    const confirmations = [this.ack.confirm(s.keys.active)];
+    if (this.clustered) confirmations.push(this.ack.confirm(s.queue));
+    return (await Promise.all(confirmations)).every(Boolean);
   }
 
   /**
@@ -191,6 +249,7 @@ export class BrokerStore {
 
   async close(): Promise<void> {
     this.closed = true;
-    this.client.disconnect();
+    this.main.client.disconnect();
+    if (this.writer !== this.main) this.writer.client.disconnect();
   }
 }

@@ -16,7 +16,12 @@ import type { BrokerStore } from './store';
 
 export type Admission =
   /** A new generation is queued. */
-  | { readonly kind: 'submitted'; readonly timeoutSeconds: number }
+  | {
+      readonly kind: 'submitted';
+      readonly timeoutSeconds: number;
+      /** Whether the replicas confirmed the write (`WAIT`); `undefined` when none was asked for. */
+      readonly replicated: boolean | undefined;
+    }
   /** Re-attached to a stored successful result; nothing was queued. */
   | { readonly kind: 'stored'; readonly raw: string; readonly timeoutSeconds: number }
   /** Re-attached to a live queued copy (revived if it had been cancelled); nothing was queued. */
@@ -111,11 +116,12 @@ export async function admit(input: AdmitInput): Promise<Admission> {
     // The queued payload is the client's real body, its big strings spliced back in.
     serialize: (value) => ctx.serialize(value),
   });
+  let replicated: boolean | undefined;
   try {
-    await store.submit({ keys, token, ttlMs: d.ttlMs, queue: route.queue, deadline: d.deadline, member, clearMailbox });
+    replicated = await store.submit({ keys, token, ttlMs: d.ttlMs, queue: route.queue, deadline: d.deadline, member, clearMailbox });
   } catch (err) {
     return { kind: 'failed', reason: (err as Error).message };
   }
-  log.debug({ queue: route.queue, deadline: d.deadline, mode }, 'async-broker: request queued');
-  return { kind: 'submitted', timeoutSeconds };
+  log.debug({ queue: route.queue, deadline: d.deadline, mode, replicated }, 'async-broker: request queued');
+  return { kind: 'submitted', timeoutSeconds, replicated };
 }

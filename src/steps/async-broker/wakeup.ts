@@ -3,9 +3,9 @@
  * notification on the mailbox when the server publishes them, else polling. One shared subscriber
  * connection per step instance, one channel per waiting request.
  */
-import type Redis from 'ioredis';
 import type { Logger } from 'pino';
 import type { WakeupMode } from './config';
+import type { RedisClient } from './redis-client';
 import type { BrokerStore } from './store';
 
 /** Backup poll while notifications are on: they are fire-and-forget, so a lost one costs at most this. */
@@ -48,7 +48,7 @@ export interface Subscription {
 export class Wakeup {
   private resolved: 'notify' | 'poll' | undefined;
   private probing: Promise<'notify' | 'poll'> | undefined;
-  private subscriber: Redis | undefined;
+  private subscriber: RedisClient | undefined;
   private subscriberConnect: Promise<void> | undefined;
   private readonly channels = new Map<string, Channel>();
 
@@ -93,7 +93,7 @@ export class Wakeup {
     return sub?.live ? NOTIFY_BACKUP_POLL_MS : POLL_INTERVAL_MS;
   }
 
-  private ensureSubscriber(): Redis {
+  private ensureSubscriber(): RedisClient {
     if (!this.subscriber) {
       const sub = this.store.duplicate();
       sub.on('error', () => {
@@ -109,7 +109,7 @@ export class Wakeup {
   }
 
   /** The subscriber, connected on first use; concurrent first holds share that one connect. */
-  private connectedSubscriber(): Promise<Redis> {
+  private connectedSubscriber(): Promise<RedisClient> {
     const sub = this.ensureSubscriber();
     if (sub.status === 'wait' && !this.subscriberConnect) {
       this.subscriberConnect = withTimeout(sub.connect(), PROBE_TIMEOUT_MS, 'subscriber connect').finally(() => {

@@ -7,6 +7,8 @@ import { assertAsyncBrokerFirst } from '../../../../src/steps/async-broker';
 import { parseAsyncBrokerConfig } from '../../../../src/steps/async-broker/config';
 import { computeDeadline, parseTimeoutHeader, resolveTimeoutSeconds } from '../../../../src/steps/async-broker/deadline';
 import { parseRedisUrl } from '../../../../src/steps/async-broker/redis-url';
+import { parseRedisTarget } from '../../../../src/steps/async-broker/redis-topology';
+import { hashTagOf, keySlot } from '../../../../src/steps/async-broker/key-slot';
 import { routeFor, UnroutedModels } from '../../../../src/steps/async-broker/routing';
 import { build, closeAll } from './harness';
 
@@ -112,6 +114,77 @@ describe('redis_url', () => {
     });
     expect(parseRedisUrl('redis://[::1]:7000').host).toBe('::1');
     expect(parseRedisUrl('redis://localhost').port).toBe(6379);
+    expect(parseRedisTarget('redis://localhost').topology).toEqual({ kind: 'single' });
+  });
+
+  test('Sentinel: comma-separated sentinels, the master name, an optional db, sentinel credentials', () => {
+    const t = parseRedisTarget(
+      'rediss-sentinel://u:p%40ss@10.0.0.1:26380,[::1],10.0.0.3:26381/my-master/2?sentinel_password=s3&dial_timeout=1s',
+    );
+    expect(t).toMatchObject({ db: 2, tls: true, username: 'u', password: 'p@ss', connectTimeoutMs: 1000 });
+    expect(t.topology).toEqual({
+      kind: 'sentinel',
+      masterName: 'my-master',
+      sentinels: [
+        { host: '10.0.0.1', port: 26380 },
+        { host: '::1', port: 26379 },
+        { host: '10.0.0.3', port: 26381 },
+      ],
+      sentinelPassword: 's3',
+    });
+    const c = parseAsyncBrokerConfig({ redis_url: 'redis-sentinel://127.0.0.1:26379/mymaster' });
+    // A failover is expected here: enqueues wait for one replica by default; upstream's key names are kept.
+    expect([c.ackReplicas, c.ackTimeoutMs, c.keyLayout]).toEqual([1, 1000, 'llm-d-async']);
+  });
+
+  test('Cluster: comma-separated seed nodes, DB 0 only, hash-tagged keys, polling for results', () => {
+    const t = parseRedisTarget('redis-cluster://10.0.0.1:7000,10.0.0.2?read_timeout=5s');
+    expect(t.topology).toEqual({
+      kind: 'cluster',
+      nodes: [
+        { host: '10.0.0.1', port: 7000 },
+        { host: '10.0.0.2', port: 6379 },
+      ],
+    });
+    expect(t.commandTimeoutMs).toBe(5000);
+    const c = parseAsyncBrokerConfig({ redis_url: 'redis-cluster://127.0.0.1:7000', wakeup_mode: 'auto' });
+    expect([c.ackReplicas, c.keyLayout, c.wakeupMode]).toEqual([1, 'cluster', 'poll']);
+    expect(parseAsyncBrokerConfig({ redis_url: URL }).ackReplicas).toBe(0);
+  });
+
+  test.each([
+    ['redis-sentinel://127.0.0.1:26379', 'master-name'],
+    ['redis-sentinel://127.0.0.1:26379/m/x', 'database'],
+    ['redis-sentinel:///m', 'no sentinel address'],
+    ['redis-cluster://127.0.0.1:7000/1', 'no database path'],
+    ['redis-cluster://127.0.0.1:7000?db=2', 'DB 0 only'],
+    ['redis-cluster://127.0.0.1:7000?sentinel_password=x', 'unexpected option'],
+    ['redis-cluster://127.0.0.1:x', 'invalid host'],
+    ['redis-cluster://u:secret@127.0.0.1:7000?bogus=1', 'unexpected option'],
+  ])('%s is refused (%s), never echoing the URL', (url, text) => {
+    rejects({ redis_url: url }, text);
+    let msg = '';
+    try {
+      parseAsyncBrokerConfig({ redis_url: url });
+    } catch (e) {
+      msg = (e as Error).message;
+    }
+    expect(msg).not.toContain('secret');
+  });
+
+  test.each([
+    [{ redis_url: 'redis-cluster://127.0.0.1:7000', wakeup_mode: 'notify' }, 'wakeup_mode'],
+    [{ redis_url: 'redis-sentinel://127.0.0.1:1/m', ack_timeout_ms: 0 }, 'ack_timeout_ms'],
+    [{ redis_url: 'redis-sentinel://127.0.0.1:1/m?read_timeout=1s', ack_timeout_ms: 1000 }, 'ack_timeout_ms'],
+    [{ redis_url: URL, ack_replicas: -1 }, 'ack_replicas'],
+    [{ redis_url: URL, queue_metrics: 'yes' }, 'queue_metrics'],
+  ])('%j is refused (%s)', (params, key) => rejects(params, key));
+
+  test('key slots follow the hash tag, as CRC16 mod 16384 (values from redis-cli CLUSTER KEYSLOT)', () => {
+    expect(keySlot('foo')).toBe(12182);
+    expect(keySlot('request-sortedset')).toBe(keySlot('{request-sortedset}.x'));
+    expect(hashTagOf('request-active:{acme:job-1}')).toBe('acme:job-1');
+    expect(hashTagOf('a{}b')).toBe('a{}b');
   });
 });
 

@@ -1,0 +1,38 @@
+/**
+ * Issue 21 item 3, Sentinel: a master, a replica and three sentinels on loopback. The master is
+ * killed (SIGKILL) under queue load; the sentinels promote the replica, the broker and our queue
+ * processor follow it, and the dead node comes back as the new master's replica.
+ */
+import { RedisSentinelSet } from '../support/redis-ha';
+import { expectContract, runFailover } from './support/broker-failover';
+
+jest.setTimeout(85_000);
+
+let set: RedisSentinelSet;
+
+beforeAll(async () => {
+  set = await RedisSentinelSet.start({ downAfterMs: 1000 });
+});
+
+afterAll(async () => {
+  await set?.destroy();
+});
+
+test('the master killed under queue load: the replica is promoted and no accepted job runs twice', async () => {
+  const oldMaster = set.master;
+  const figures = await runFailover({
+    redisUrl: set.url(),
+    label: 'sentinel',
+    fail: async () => {
+      await oldMaster.kill();
+      await set.waitPromoted(set.replica.port, 20_000);
+    },
+    heal: async () => {
+      await oldMaster.restart();
+      await set.waitSettled([set.replica.port], 30_000);
+    },
+  });
+  process.stdout.write(`sentinel failover figures: ${JSON.stringify(figures)}\n`);
+  expect(await set.masterPort()).toBe(set.replica.port);
+  expectContract(figures);
+});
