@@ -14,6 +14,9 @@ fi
 # Helm and Kubernetes' JSON schemas for the chart test (test/deploy/manifests/helm-chart.test.ts). The
 # script skips Helm, saying so, without Go, and the tests that need it skip with the reason.
 bash charts/install-tools.sh || echo "[deps] chart tools incomplete; the Helm chart tests that need them will skip" >&2
+# Prometheus and promtool (Debian's package, unpacked into .tools/prometheus) for the dashboard and alert
+# tests (test/e2e/prometheus.test.ts, test/unit/observability/alert-rules.test.ts); they skip, saying why, without them.
+bash scripts/install-prometheus.sh || echo "[deps] prometheus unavailable; the Prometheus tests will skip" >&2
 npx tsc -p tsconfig.json --noEmit
 npm run --silent lint   # ESLint and Prettier's check
 exec npx jest --ci "$@"

@@ -18,6 +18,7 @@ import { pipelineCoverage } from './steps/pipeline-coverage';
 import { HealthService, type DependencyCheck, type ReadinessCheck } from './observability/health';
 import { createLogger } from './observability/logger';
 import { CoordinatorMetrics } from './observability/metrics';
+import { registerHealthGauges } from './observability/health-metrics';
 import { startMetricsServer, type MetricsServer } from './observability/metrics-server';
 import { combineSideCallObservers } from './observability/side-call-observers';
 import { Tracing } from './observability/tracing';
@@ -163,6 +164,12 @@ export async function startService(config: AppConfig, opts: ServiceOptions = {})
     });
     const health = new HealthService({ checks, dependencies, intervalMs: opts.readinessIntervalMs, log });
     cleanups.push(async () => health.stopPolling());
+    if (metrics)
+      registerHealthGauges(
+        metrics.registry,
+        health,
+        dependencies.map((d) => d.name),
+      );
 
     let metricsServer: MetricsServer | undefined;
     if (metrics && config.server.metricsAddr) {

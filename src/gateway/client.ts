@@ -4,6 +4,7 @@ import { Pool } from 'undici';
 import type { Dispatcher } from 'undici';
 import { deadline } from '../pipeline/deadline';
 import { readCapped } from './read-capped';
+import { mayBeNoEndpointAnswer, noEndpointReason, type NoEndpointReason } from './no-endpoint';
 import { CancelledError, TransportError, UPSTREAM_ERROR_BODY_CAP } from '../pipeline/errors';
 import type { SideCallBody, SideCallClient, SideCallOptions, SideCallResponse, StreamingSideCallResponse } from '../pipeline/side-call';
 
@@ -27,8 +28,11 @@ export interface SideCallObserver {
 
 export interface SideCallObservation {
   readonly headers?: Record<string, string>;
-  /** Called once: when the answer is read (`post`), its headers arrive (`postStreaming`), or the call fails. */
-  ended(outcome: SideCallOutcome): void;
+  /**
+   * Called once: when the answer is read (`post`), its headers arrive (`postStreaming`), or the call
+   * fails. `noEndpoint` is set when the answer is the EPP's "no endpoint" (gateway/no-endpoint.ts).
+   */
+  ended(outcome: SideCallOutcome, noEndpoint?: NoEndpointReason): void;
 }
 
 /** `encode[2]` -> `encode`: the label keeps a bounded set of values. */
@@ -62,6 +66,10 @@ function flattenHeaders(raw: Record<string, string | string[] | undefined>): Rec
     out[k.toLowerCase()] = Array.isArray(v) ? (v[0] ?? '') : v;
   }
   return out;
+}
+
+async function* oneChunk(chunk: Buffer): AsyncIterable<Buffer> {
+  yield chunk;
 }
 
 /**
@@ -139,7 +147,7 @@ export class PooledSideCallClient implements SideCallClient {
     if (!observation) return this.postUnobserved(path, headers, body, opts);
     try {
       const res = await this.postUnobserved(path, observation.headers ?? headers, body, opts);
-      observation.ended(res.status);
+      observation.ended(res.status, mayBeNoEndpointAnswer(res.status, res.headers) ? noEndpointReason(res) : undefined);
       return res;
     } catch (err) {
       observation.ended(outcomeOf(err));
@@ -180,22 +188,46 @@ export class PooledSideCallClient implements SideCallClient {
     if (opts.log?.isLevelEnabled('trace')) this.traceRequest(opts.log, path, observation?.headers ?? headers, body);
     let res: Dispatcher.ResponseData;
     let release: () => void;
+    let signal: AbortSignal;
     try {
-      ({ res, release } = await this.dispatch(path, observation?.headers ?? headers, body, opts));
+      ({ res, release, signal } = await this.dispatch(path, observation?.headers ?? headers, body, opts));
     } catch (err) {
       observation?.ended(outcomeOf(err));
       throw err;
+    }
+    const answered = flattenHeaders(res.headers);
+    if (observation && mayBeNoEndpointAnswer(res.statusCode, answered)) {
+      return this.observedRejection(res, answered, observation, (err) => this.transportError(err, opts, signal), release);
     }
     observation?.ended(res.statusCode);
     const stream = res.body;
     // The total bound covers the streamed body too: it stays armed until the stream is done.
     stream.once('close', release);
-    return {
-      status: res.statusCode,
-      headers: flattenHeaders(res.headers),
-      body: stream as AsyncIterable<Buffer>,
-      cancel: () => stream.destroy(),
-    };
+    return { status: res.statusCode, headers: answered, body: stream as AsyncIterable<Buffer>, cancel: () => stream.destroy() };
+  }
+
+  /**
+   * An EPP rejection of a streamed call: a short error body, not a stream. It is read (capped, as
+   * every error body is) to tell "no endpoint" from saturation, and handed on as one chunk.
+   */
+  private async observedRejection(
+    res: Dispatcher.ResponseData,
+    headers: Record<string, string>,
+    observation: SideCallObservation,
+    failed: (err: unknown) => Error,
+    release: () => void,
+  ): Promise<StreamingSideCallResponse> {
+    let body: Buffer;
+    try {
+      body = (await readCapped(res.body, UPSTREAM_ERROR_BODY_CAP)).data;
+    } catch (err) {
+      observation.ended(res.statusCode);
+      throw failed(err);
+    } finally {
+      release();
+    }
+    observation.ended(res.statusCode, noEndpointReason({ status: res.statusCode, headers, body }));
+    return { status: res.statusCode, headers, body: oneChunk(body), cancel: () => undefined };
   }
 
   /** Upstream's gateway-client trace line: method, path, redacted headers (as sent) and body. */

@@ -98,6 +98,7 @@ export class CoordinatorMetrics implements PipelineObserver {
   private readonly streamDuration: Histogram;
   private readonly decisions: Counter;
   private readonly sideCallDuration: Histogram;
+  private readonly sideCallNoEndpoint: Counter;
   private readonly disaggregation: Counter;
   private readonly forceStreamTotal: Counter;
   private readonly forceStreamBuffered: Gauge;
@@ -234,6 +235,12 @@ export class CoordinatorMetrics implements PipelineObserver {
       buckets: latency,
       registers,
     });
+    this.sideCallNoEndpoint = new Counter({
+      name: `${OWN}side_call_no_endpoint_total`,
+      help: 'Side calls the EPP answered "no endpoint" (429 rejected-saturated or 503 rejected-no-endpoints, with its no-endpoints message), by phase and reason.',
+      labelNames: ['phase', 'reason'],
+      registers,
+    });
     this.disaggregation = new Counter({
       name: `${OWN}disaggregation_total`,
       help: 'Requests a prefill step saw, by path: disaggregated, aggregated_short_prompt (below min_prompt_tokens), aggregated_fallback (no prefill endpoint).',
@@ -342,8 +349,9 @@ export class CoordinatorMetrics implements PipelineObserver {
     const series = p;
     const began = performance.now();
     return {
-      ended: (outcome) => {
+      ended: (outcome, noEndpoint) => {
         const seconds = (performance.now() - began) / 1000;
+        if (noEndpoint !== undefined) this.sideCallNoEndpoint.labels(phase, noEndpoint).inc();
         series.total.inc();
         series.duration.observe(seconds);
         this.sideCallDuration.labels(phase, statusLabel(outcome)).observe(seconds);

@@ -16,8 +16,8 @@ export function combineSideCallObservers(observers: ReadonlyArray<SideCallObserv
       });
       return {
         headers: replaced,
-        ended: (outcome) => {
-          for (const obs of observations) obs.ended(outcome);
+        ended: (outcome, noEndpoint) => {
+          for (const obs of observations) obs.ended(outcome, noEndpoint);
         },
       };
     },

@@ -96,6 +96,7 @@ describe('metric families', () => {
     ['epd_coordinator_extproc_stream_duration_seconds', 'histogram', []],
     ['epd_coordinator_decisions_total', 'counter', ['path']],
     ['epd_coordinator_side_call_duration_seconds', 'histogram', ['phase', 'status']],
+    ['epd_coordinator_side_call_no_endpoint_total', 'counter', ['phase', 'reason']],
   ])('%s is a %s labelled %j', async (name, type, labelNames) => {
     const metric = m.registry.getSingleMetric(name) as unknown as { labelNames: string[]; get(): Promise<{ type: string }> } | undefined;
     expect(metric).toBeDefined();
