@@ -9,6 +9,13 @@ import yaml from 'js-yaml';
 import { checkFilePath, checkPort, hostPort, TopologyError } from './epp-files';
 import { allowedMatches, processorMatches, REFUSED_PATH_BODY, REFUSED_PATH_STATUS } from './path-policy';
 import { fileAccessLog } from './topology-access-log';
+import {
+  gracefulCloseRuntime,
+  serviceHealthChecks,
+  serviceOutlierDetection,
+  workerCommonHttpOptions,
+  workerRetryPolicy,
+} from './envoy-policy';
 
 export interface EnvoyConfigOptions {
   /** Where clients connect. */
@@ -190,6 +197,8 @@ export function renderEnvoyConfig(o: EnvoyConfigOptions): string {
                 {
                   name,
                   domains: ['*'],
+                  // Only what no worker received is retried (launch/envoy-policy.ts).
+                  retry_policy: workerRetryPolicy(),
                   // The path policy of envoy/ (launch/path-policy.ts, docs/hardening.md): the
                   // allowed paths go on; anything else (a worker's /metrics, /sleep, /admin/*,
                   // */render, ...) is Envoy's own 404, before either ext_proc filter.
@@ -233,6 +242,8 @@ export function renderEnvoyConfig(o: EnvoyConfigOptions): string {
                 {
                   name: 'gateway',
                   domains: ['*'],
+                  // Only what no worker received is retried (launch/envoy-policy.ts).
+                  retry_policy: workerRetryPolicy(),
                   routes: [
                     {
                       match: { prefix: '/', headers: [{ name: 'epp-profile', present_match: true }] },
@@ -286,6 +297,8 @@ export function renderEnvoyConfig(o: EnvoyConfigOptions): string {
     }),
   }));
   const doc = {
+    // Graceful ext_proc close (Envoy >= 1.34): half-close and wait for the service, no reset per request.
+    layered_runtime: gracefulCloseRuntime(true),
     admin: { address: { socket_address: { address: '127.0.0.1', port_value: checkPort('adminPort', o.adminPort) } } },
     static_resources: {
       listeners: [publicListener, gatewayListener, ...asyncListener, ...proxies.map((p) => p.listener)],
@@ -295,6 +308,9 @@ export function renderEnvoyConfig(o: EnvoyConfigOptions): string {
           circuit_breakers: { thresholds: [{ max_connections: 40000, max_pending_requests: 40000, max_requests: 40000 }] },
           // Envoy resets every ext_proc stream when done; see envoy/envoy.template.yaml.
           typed_extension_protocol_options: H2({ common_http_protocol_options: { max_requests_per_connection: 500 } }),
+          // A draining replica turns NOT_SERVING; Envoy stops opening streams to it (launch/envoy-policy.ts).
+          health_checks: serviceHealthChecks(),
+          outlier_detection: serviceOutlierDetection(),
         }),
         staticCluster('epp', epp, {
           circuit_breakers: { thresholds: [{ max_connections: 40000, max_pending_requests: 40000, max_requests: 40000 }] },
@@ -308,6 +324,14 @@ export function renderEnvoyConfig(o: EnvoyConfigOptions): string {
           lb_policy: 'CLUSTER_PROVIDED',
           circuit_breakers: { thresholds: [{ max_connections: 40000, max_pending_requests: 40000, max_requests: 40000 }] },
           original_dst_lb_config: { use_http_header: true, http_header_name: ROUTING_HEADER },
+          // Closed before the workers' keep-alive would close it under a request (launch/envoy-policy.ts).
+          typed_extension_protocol_options: {
+            'envoy.extensions.upstreams.http.v3.HttpProtocolOptions': {
+              '@type': 'type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions',
+              common_http_protocol_options: workerCommonHttpOptions(),
+              explicit_http_config: { http_protocol_options: {} },
+            },
+          },
         },
         ...proxies.map((p) => p.cluster),
       ],
