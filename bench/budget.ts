@@ -125,10 +125,10 @@ async function main(): Promise<void> {
       ready: /starting main dispatch loop/,
     });
     children.push(envoy);
-    const stack = args.whole === 1 ? await startLocalStackFor(dir, say) : undefined;
+    const stack = args.whole === 1 ? await startLocalStackFor(dir, say, args.cpuProfileDir) : undefined;
     if (stack) closers.push(() => stack.stack.stop());
-    const pipe = pipelineLayer({ gatewayUrl: stack?.gatewayUrl ?? '', renderUrl: stack?.renderUrl ?? '' });
-    closers.push(() => pipe.close());
+    const pipe = stack ? pipelineLayer({ gatewayUrl: stack.gatewayUrl, renderUrl: stack.renderUrl }) : undefined;
+    if (pipe) closers.push(() => pipe.close());
     const agent = new Agent({ connections: 64, keepAliveTimeout: 30_000 });
     closers.push(() => agent.close());
     const client = new PooledSideCallClient(`http://127.0.0.1:${keepalivePort}`, { maxIdleConns: 64, idleTimeoutMs: 60_000 });
@@ -150,14 +150,14 @@ async function main(): Promise<void> {
       await drive(n, c, once);
       return cpuSeconds(pid) - t;
     };
-    if (stack) await runPipelineOnce(pipe.handler, bodyBuf, -1); // records the legs
-    const legs = pipe.recorded();
+    if (pipe) await runPipelineOnce(pipe.handler, bodyBuf, -1); // records the legs
+    const legs = pipe?.recorded() ?? [];
     const blocks: Record<string, (n: number) => Promise<number>> = {
       transport: viaPid(ours.pid, () => post(agent, `http://127.0.0.1:${port.lOurs}/v1/chat/completions`, body)),
       transport_floor: viaPid(bare.pid, () => post(agent, `http://127.0.0.1:${port.lBare}/v1/chat/completions`, body)),
       side_call: inProcess(() => sideCallOnce(client, sideBody)),
       side_call_floor: inProcess(() => bareRequestOnce(pool, sideBody)),
-      ...(stack
+      ...(stack && pipe
         ? {
             pipeline: inProcess((i) => runPipelineOnce(pipe.handler, bodyBuf, i)),
             pipeline_floor: inProcess(() => Promise.resolve(pipelineFloorOnce(bodyBuf, legs))),
@@ -223,7 +223,7 @@ async function main(): Promise<void> {
   }
 }
 
-async function startLocalStackFor(dir: string, say: (m: string) => void) {
+async function startLocalStackFor(dir: string, say: (m: string) => void, cpuProfileDir?: string) {
   const ports = { ...(await freeStackPorts()), metrics: await freePort() };
   const stack = await startLocalStack({
     dir: join(dir, 'stack'),
@@ -232,6 +232,7 @@ async function startLocalStackFor(dir: string, say: (m: string) => void) {
     kvConnector: 'kv-nixl',
     say,
     builtService: true,
+    cpuProfileDir,
   });
   const pid = stack.pids.find((p) => p.name === 'epd-coordinator')!.pid;
   return {
