@@ -45,13 +45,19 @@ const INTS = {
   warmup: { flag: 'warmup', default: 1500, min: 0, max: 100_000, note: 'requests per setup before a phase is measured (JIT, pools)' },
 } as const;
 
-const USAGE = 'compare: [--topology deploy|direct|both] [--own-sims] [--service-node PATH] [--node-flags "FLAGS"] [--chart-only]\n';
+/** The young-generation cap the service ships with (README, Performance: memory). */
+const SHIPPED_NODE_FLAGS = ['--max-semi-space-size=8'];
+
+const USAGE =
+  'compare: [--topology deploy|direct|both] [--own-sims] [--service-node PATH] [--node-flags "FLAGS"] [--service-env NAME=VALUE ...] [--chart-only]\n';
 
 function parseArgs(argv: readonly string[]) {
   const extra = {
     ownSims: false,
     serviceNode: process.execPath,
-    serviceNodeFlags: [] as string[],
+    // As scripts/start.sh, the Dockerfile and the chart run it; `--node-flags ''` for V8's defaults.
+    serviceNodeFlags: [...SHIPPED_NODE_FLAGS] as string[],
+    serviceEnv: {} as Record<string, string>,
     topologies: ['deploy', 'direct'] as Topology[],
     chartOnly: false,
   };
@@ -66,7 +72,12 @@ function parseArgs(argv: readonly string[]) {
     else if (a === '--chart-only') extra.chartOnly = true;
     else if (a === '--service-node') extra.serviceNode = value(a, argv[++i]);
     else if (a === '--node-flags') extra.serviceNodeFlags = value(a, argv[++i]).split(/\s+/).filter(Boolean);
-    else if (a === '--topology') {
+    else if (a === '--service-env') {
+      const kv = value(a, argv[++i]);
+      const eq = kv.indexOf('=');
+      if (eq <= 0) throw new Error(`--service-env: expected NAME=VALUE\n${USAGE}`);
+      extra.serviceEnv[kv.slice(0, eq)] = kv.slice(eq + 1);
+    } else if (a === '--topology') {
       const t = value(a, argv[++i]);
       if (t !== 'deploy' && t !== 'direct' && t !== 'both') throw new Error(`--topology: deploy, direct or both\n${USAGE}`);
       extra.topologies = t === 'both' ? ['deploy', 'direct'] : [t];
@@ -111,6 +122,7 @@ async function runTopology(topology: Topology, args: Args, say: (m: string) => v
   const stackArgs: StackArgs = {
     serviceNode: args.serviceNode,
     serviceNodeFlags: args.serviceNodeFlags,
+    serviceEnv: args.serviceEnv,
     cpuProfileDir: args.cpuProfileDir,
     ownSims: args.ownSims,
   };
@@ -182,6 +194,7 @@ async function main(): Promise<void> {
     load_average: { start: loadStart, end: loadavg().map((l) => Math.round(l * 100) / 100) },
     service_node: execFileSync(args.serviceNode, ['--version'], { encoding: 'utf8' }).trim(),
     service_node_flags: args.serviceNodeFlags,
+    service_env: args.serviceEnv,
     workers: 'llm-d-inference-sim (PEERS_BIN), GOMAXPROCS=1, --force-dummy-tokenizer, --max-num-seqs=1000',
     peer_commits: peerCommits(),
     setup: {

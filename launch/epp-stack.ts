@@ -51,7 +51,7 @@ export interface EppStackOptions {
    * How epd-coordinator runs, given its config file. Default: the TypeScript sources through tsx.
    * The compare bench runs the built `dist/` on plain node, as it ships.
    */
-  readonly serviceCommand?: (configPath: string) => { command: string; args: string[] };
+  readonly serviceCommand?: (configPath: string) => { command: string; args: string[]; env?: NodeJS.ProcessEnv };
   /** Plain Envoy listeners in front of another service (topology-envoy.ts). Default none. */
   readonly proxyListeners?: readonly ProxyListener[];
   /** Readiness gate deadline. Default 60 s. */

@@ -36,6 +36,7 @@ export async function startDeployStack(phase: Phase, args: StackArgs, say: (m: s
     serviceCommand: (configPath) => ({
       command: args.serviceNode,
       args: [...args.serviceNodeFlags, ...profile, join(REPO_ROOT, 'dist', 'src', 'main.js'), '--config', configPath],
+      env: { ...process.env, ...args.serviceEnv },
     }),
     proxyListeners: [{ name: 'go', port: goFront, address: `127.0.0.1:${goPort}` }],
     say: (m) => say(`deploy/${phase}: ${m}`),

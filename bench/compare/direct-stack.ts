@@ -103,6 +103,7 @@ export async function startDirectStack(
       name: 'epd-coordinator',
       command: args.serviceNode,
       args: [...args.serviceNodeFlags, ...profile, join(REPO_ROOT, 'dist', 'src', 'main.js'), '--config', oursConfig],
+      env: { ...process.env, ...args.serviceEnv },
       cwd: REPO_ROOT,
       logPath: join(dir, 'coordinator.log'),
       ready: /"msg":"epd-coordinator listening"/,

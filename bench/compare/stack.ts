@@ -32,6 +32,8 @@ export interface StackArgs {
   readonly serviceNode: string;
   /** Extra node flags for our service (`--max-semi-space-size=...`). */
   readonly serviceNodeFlags: readonly string[];
+  /** Extra environment for our service (`MALLOC_ARENA_MAX=2`). */
+  readonly serviceEnv: Readonly<Record<string, string>>;
   readonly cpuProfileDir?: string;
   /** `sim/` workers instead of llm-d-inference-sim (direct topology only). */
   readonly ownSims: boolean;
