@@ -40,13 +40,6 @@ const INTS = {
     note: "Envoy's ext_proc_graceful_grpc_close in the transport layer",
   },
   whole: { flag: 'whole', default: 1, min: 0, max: 1, note: 'the whole service on the local stack; 0 = skip' },
-  logLevel: {
-    flag: 'log-level',
-    default: 2,
-    min: 1,
-    max: 5,
-    note: "the whole service's log_level (2 logs a line per request, as upstream)",
-  },
 } as const;
 
 /** `n` calls of `once`, `concurrency` at a time. */
@@ -132,7 +125,7 @@ async function main(): Promise<void> {
       ready: /starting main dispatch loop/,
     });
     children.push(envoy);
-    const stack = args.whole === 1 ? await startLocalStackFor(dir, say, args.cpuProfileDir, args.logLevel) : undefined;
+    const stack = args.whole === 1 ? await startLocalStackFor(dir, say, args.cpuProfileDir) : undefined;
     if (stack) closers.push(() => stack.stack.stop());
     const pipe = stack ? pipelineLayer({ gatewayUrl: stack.gatewayUrl, renderUrl: stack.renderUrl }) : undefined;
     if (pipe) closers.push(() => pipe.close());
@@ -207,7 +200,6 @@ async function main(): Promise<void> {
         requests: args.requests,
         concurrency: c,
         graceful_close: args.gracefulClose === 1,
-        whole_log_level: args.logLevel,
         request: `chat, ${body.length}-byte body`,
         cpu: 'median over rounds of CPU ms per request; children from /proc/<pid>/task/*/schedstat, in-process layers from process.cpuUsage()',
         note: 'pipeline side calls are answered from memory (recorded once from sim/ workers); the pipeline figure includes its in-memory side-call stand-in but no HTTP',
@@ -231,7 +223,7 @@ async function main(): Promise<void> {
   }
 }
 
-async function startLocalStackFor(dir: string, say: (m: string) => void, cpuProfileDir: string | undefined, logLevel: number) {
+async function startLocalStackFor(dir: string, say: (m: string) => void, cpuProfileDir?: string) {
   const ports = { ...(await freeStackPorts()), metrics: await freePort() };
   const stack = await startLocalStack({
     dir: join(dir, 'stack'),
@@ -241,7 +233,6 @@ async function startLocalStackFor(dir: string, say: (m: string) => void, cpuProf
     say,
     builtService: true,
     cpuProfileDir,
-    logLevel,
   });
   const pid = stack.pids.find((p) => p.name === 'epd-coordinator')!.pid;
   return {
