@@ -107,7 +107,7 @@ export function eppStackCoordinatorConfig(o: {
   return `# Written by launch/epp-stack.ts for this run.\n${yaml.dump(doc, { lineWidth: 120 })}`;
 }
 
-export function simArgv(role: WorkerRole | 'render', port: number, extra: readonly string[]): string[] {
+export function simArgv(role: WorkerRole | 'render', port: number, extra: readonly string[], logHttp = true): string[] {
   const common = [
     `--model=${EPP_STACK_MODEL}`,
     '--force-dummy-tokenizer',
@@ -116,9 +116,10 @@ export function simArgv(role: WorkerRole | 'render', port: number, extra: readon
     `--port=${port}`,
     '--seed=42',
   ];
+  const http = logHttp ? ['--log-http'] : [];
   // The render service logs its requests too, so a suite can see which render route a request used.
-  if (role === 'render') return [...common, '--mode=echo', '--log-http'];
-  const logged = [...common, '--log-http', '--enable-request-id-headers', ...extra];
+  if (role === 'render') return [...common, '--mode=echo', ...http];
+  const logged = [...common, ...http, '--enable-request-id-headers', ...extra];
   if (role === 'encode') return [...logged, '--mm-encoder-only', '--no-enable-prefix-caching'];
   if (role === 'decode') return [...logged, '--mode=echo', '--enable-kvcache=false', '--kv-cache-size=1024', '--block-size=16'];
   return logged;

@@ -21,6 +21,7 @@ import {
   type WorkerRole,
 } from './epp-topology';
 import { startChild, stopAll, type Child } from './supervise';
+import type { ProxyListener } from './topology-envoy';
 import { eppArgv, eppStackCoordinatorConfig, llmdAsyncArgv, simArgv, writeKubeconfig, type EppStackPorts } from './epp-stack-plan';
 
 export { EPP_STACK_MODEL, EPP_STACK_PORTS, eppStackCoordinatorConfig, freeEppStackPorts, type EppStackPorts } from './epp-stack-plan';
@@ -44,6 +45,15 @@ export interface EppStackOptions {
   readonly logLevel?: number;
   /** Extra llm-d-inference-sim flags for every worker. */
   readonly simArgs?: readonly string[];
+  /** `--log-http` on every worker (the real-peer suite reads it). Default true. */
+  readonly simLogHttp?: boolean;
+  /**
+   * How epd-coordinator runs, given its config file. Default: the TypeScript sources through tsx.
+   * The compare bench runs the built `dist/` on plain node, as it ships.
+   */
+  readonly serviceCommand?: (configPath: string) => { command: string; args: string[]; env?: NodeJS.ProcessEnv };
+  /** Plain Envoy listeners in front of another service (topology-envoy.ts). Default none. */
+  readonly proxyListeners?: readonly ProxyListener[];
   /** Readiness gate deadline. Default 60 s. */
   readonly readyTimeoutMs?: number;
   readonly say?: (msg: string) => void;
@@ -139,7 +149,7 @@ export async function startEppStack(opts: EppStackOptions): Promise<EppStack> {
     for (const w of workers) {
       const env = { ...process.env, POD_NAME: w.name, POD_NAMESPACE: 'local', GOMAXPROCS: '1', PYTHONHASHSEED: '42' };
       const spec = opts.simBin
-        ? { command: opts.simBin, args: simArgv(w.role, w.port, opts.simArgs ?? []), env }
+        ? { command: opts.simBin, args: simArgv(w.role, w.port, opts.simArgs ?? [], opts.simLogHttp ?? true), env }
         : {
             ...tsx('sim/cli.ts', ['--port', String(w.port), '--name', w.name, '--role', w.role, '--mode', 'echo']),
             ready: /^sim \S+ listening on /,
@@ -171,6 +181,7 @@ export async function startEppStack(opts: EppStackOptions): Promise<EppStack> {
         eppAddress: `127.0.0.1:${ports.eppGrpc}`,
         accessLogPath: join(dir, 'access.log'),
         ...(ports.asyncEntry ? { asyncPort: ports.asyncEntry } : {}),
+        ...(opts.proxyListeners ? { proxyListeners: opts.proxyListeners } : {}),
       },
     });
 
@@ -210,7 +221,7 @@ export async function startEppStack(opts: EppStackOptions): Promise<EppStack> {
     const startCoordinator = async (): Promise<Child> => {
       writeFileSync(coordinatorConfigPath, eppStackCoordinatorConfig({ ports, ...pipeline, logLevel: opts.logLevel ?? 2 }));
       const c = await start('epd-coordinator', {
-        ...tsx('src/main.ts', ['--config', coordinatorConfigPath]),
+        ...(opts.serviceCommand ? opts.serviceCommand(coordinatorConfigPath) : tsx('src/main.ts', ['--config', coordinatorConfigPath])),
         ready: /"msg":"epd-coordinator listening"/,
       });
       say(`epd-coordinator on 127.0.0.1:${ports.extProc} (config ${coordinatorConfigPath})`);

@@ -39,6 +39,21 @@ export interface EnvoyConfigOptions {
    * stamps are trusted there (docs/hardening.md). Unset: no such listener.
    */
   readonly asyncPort?: number;
+  /**
+   * Plain HTTP listeners on loopback that route every request to one service, with no ext_proc
+   * filter: how the upstream Go coordinator is deployed (behind Envoy, re-entering the gateway
+   * listener for each leg). The compare bench puts it there, so both coordinators have the same
+   * front door. Default none.
+   */
+  readonly proxyListeners?: readonly ProxyListener[];
+}
+
+export interface ProxyListener {
+  /** Listener, stat prefix and cluster name (`go`). */
+  readonly name: string;
+  readonly port: number;
+  /** The service, `ip:port`, HTTP/1.1. */
+  readonly address: string;
 }
 
 const EPP_FILTER = 'epp.ext_proc';
@@ -252,12 +267,42 @@ export function renderEnvoyConfig(o: EnvoyConfigOptions): string {
       },
     ],
   };
+  const proxies = (o.proxyListeners ?? []).map((p) => ({
+    listener: {
+      name: p.name,
+      address: { socket_address: { address: '127.0.0.1', port_value: checkPort(`proxy ${p.name} port`, p.port) } },
+      filter_chains: [
+        {
+          filters: [
+            hcm(p.name, {
+              access_log: fileAccessLog(logPath, 'gateway'),
+              access_log_options: flush,
+              http_filters: [router()],
+              route_config: {
+                name: p.name,
+                virtual_hosts: [
+                  {
+                    name: p.name,
+                    domains: ['*'],
+                    routes: [{ match: { prefix: '/' }, route: { cluster: `proxy_${p.name}`, timeout: '0s' } }],
+                  },
+                ],
+              },
+            }),
+          ],
+        },
+      ],
+    },
+    cluster: staticCluster(`proxy_${p.name}`, hostPort(`proxy ${p.name} address`, p.address), {
+      circuit_breakers: { thresholds: [{ max_connections: 40000, max_pending_requests: 40000, max_requests: 40000 }] },
+    }),
+  }));
   const doc = {
     // Graceful ext_proc close (Envoy >= 1.34): half-close and wait for the service, no reset per request.
     layered_runtime: gracefulCloseRuntime(true),
     admin: { address: { socket_address: { address: '127.0.0.1', port_value: checkPort('adminPort', o.adminPort) } } },
     static_resources: {
-      listeners: [publicListener, gatewayListener, ...asyncListener],
+      listeners: [publicListener, gatewayListener, ...asyncListener, ...proxies.map((p) => p.listener)],
       clusters: [
         staticCluster('epd_coordinator', coordinator, {
           per_connection_buffer_limit_bytes: 83886080,
@@ -289,6 +334,7 @@ export function renderEnvoyConfig(o: EnvoyConfigOptions): string {
             },
           },
         },
+        ...proxies.map((p) => p.cluster),
       ],
     },
   };

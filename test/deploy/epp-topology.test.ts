@@ -174,6 +174,36 @@ describe('no-Kubernetes topology files (launch/epp-topology.ts)', () => {
     expect(envoy['admin']['address']['socket_address']).toEqual({ address: '127.0.0.1', port_value: 19000 });
   });
 
+  test('Envoy proxy listener (the Go coordinator behind Envoy, as the compare bench runs it): only when asked; loopback; no ext_proc filter; every path to its own cluster', () => {
+    expect((envoy['static_resources']['listeners'] as Json[]).map((l) => l['name'])).not.toContain('go');
+    const doc = yaml.load(
+      renderEnvoyConfig({
+        ...OPTS.envoy,
+        accessLogPath: '/dev/null',
+        proxyListeners: [{ name: 'go', port: 8090, address: '127.0.0.1:8091' }],
+      }),
+    ) as Json;
+    const go = (doc['static_resources']['listeners'] as Json[]).find((l) => l['name'] === 'go')!;
+    expect(go['address']['socket_address']).toEqual({ address: '127.0.0.1', port_value: 8090 });
+    const h = go['filter_chains'][0]['filters'][0]['typed_config'] as Json;
+    expect((h['http_filters'] as Json[]).map((f) => f['name'])).toEqual(['envoy.filters.http.router']);
+    expect(h['route_config']['virtual_hosts'][0]['routes']).toEqual([
+      { match: { prefix: '/' }, route: { cluster: 'proxy_go', timeout: '0s' } },
+    ]);
+    const cluster = (doc['static_resources']['clusters'] as Json[]).find((c) => c['name'] === 'proxy_go')!;
+    expect(cluster['load_assignment']['endpoints'][0]['lb_endpoints'][0]['endpoint']['address']['socket_address']).toEqual({
+      address: '127.0.0.1',
+      port_value: 8091,
+    });
+    expect(() =>
+      renderEnvoyConfig({
+        ...OPTS.envoy,
+        accessLogPath: '/dev/null',
+        proxyListeners: [{ name: 'go', port: 8090, address: 'localhost:1' }],
+      }),
+    ).toThrow(TopologyError);
+  });
+
   test('the policy of launch/envoy-policy.ts: graceful ext_proc close, never-sent retries on every listener, worker idle timeout, health-checked coordinator', () => {
     const layers = envoy['layered_runtime']['layers'] as Json[];
     expect(layers.map((l) => l['static_layer'][GRACEFUL_CLOSE.runtimeKey])).toEqual([true]);
@@ -259,7 +289,15 @@ describe('no-Kubernetes topology files (launch/epp-topology.ts)', () => {
       join(dir, 'envoy-async.yaml'),
       renderEnvoyConfig({ ...OPTS.envoy, accessLogPath: join(dir, 'access.log'), asyncPort: 8084 }),
     );
-    for (const file of ['envoy.yaml', 'envoy-async.yaml']) {
+    writeFileSync(
+      join(dir, 'envoy-proxy.yaml'),
+      renderEnvoyConfig({
+        ...OPTS.envoy,
+        accessLogPath: join(dir, 'access.log'),
+        proxyListeners: [{ name: 'go', port: 8090, address: '127.0.0.1:8091' }],
+      }),
+    );
+    for (const file of ['envoy.yaml', 'envoy-async.yaml', 'envoy-proxy.yaml']) {
       const { status, log } = envoyValidate(envoyBin!, join(dir, file), 'warn');
       // Warnings (deprecated fields) count as failures too: the file is meant to be copied as it is.
       expect({ file, status, out: log }).toEqual({

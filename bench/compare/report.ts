@@ -1,0 +1,37 @@
+/** The compare run's summary table (printed at the end, and the README's source). */
+import { SETUPS, type Setup } from './stack';
+import type { PhaseResult, SetupResult } from './run';
+
+const f = (n: number | null | undefined): string =>
+  n === null || n === undefined || Number.isNaN(n) ? '-' : String(Math.round(n * 100) / 100);
+const ratio = (a: number | null | undefined, b: number | null | undefined): string => (a && b ? (a / b).toFixed(2) : '-');
+
+/** One row per case and figure, one column per setup, and ours/Go. */
+export function markdownTable(topology: string, phases: readonly PhaseResult[]): string {
+  const rows = [`| ${topology}: case | figure | floor | ours | Go | ours / Go |`, '|---|---|---|---|---|---|'];
+  for (const phase of phases) {
+    for (const [name, r] of Object.entries(phase.cases)) {
+      const fig = (label: string, pick: (x: SetupResult) => number | null | undefined) => {
+        const v = Object.fromEntries(SETUPS.map((s) => [s, pick(r[s])])) as Record<Setup, number | null | undefined>;
+        rows.push(`| ${name} | ${label} | ${f(v.floor)} | ${f(v.ours)} | ${f(v.go)} | ${ratio(v.ours, v.go)} |`);
+      };
+      if (r.floor.ttft) {
+        fig('TTFT p50 ms', (x) => x.ttft?.p50);
+        fig('TTFT added p50 ms', (x) => x.added_ms?.ttft_p50);
+        fig('TTFT added p99 ms', (x) => x.added_ms?.ttft_p99);
+      }
+      fig('p50 ms', (x) => x.total.p50);
+      fig('added p50 ms', (x) => x.added_ms?.p50);
+      fig('added p99 ms', (x) => x.added_ms?.p99);
+      fig('req/s', (x) => x.rps);
+      fig('service CPU ms/req', (x) => x.service_cpu_ms_per_request);
+      fig('system CPU ms/req', (x) => x.system_cpu_ms_per_request);
+    }
+    const last = Object.values(phase.memory.after_case).at(-1);
+    if (last)
+      rows.push(
+        `| memory after the phase | RSS MB | - | ${f(last.ours_rss_mb)} | ${f(last.go_rss_mb)} | ${ratio(last.ours_rss_mb, last.go_rss_mb)} |`,
+      );
+  }
+  return rows.join('\n');
+}

@@ -1,0 +1,216 @@
+/**
+ * Runs the cases of one phase on one stack: a warm-up for every setup, the idle CPU, then each case
+ * in rounds, every setup one block per round in rotating order (drift on a shared machine falls on
+ * all of them). Per block it reads the CPU time of our service, the Go coordinator, Envoy and the
+ * EPP from /proc, and the resident memory of both services afterwards.
+ */
+import { Agent } from 'undici';
+import { httpGet } from '../../launch/envoy';
+import { percentile, round3, summarize, type Summary } from '../stats';
+import { cpuSeconds, rssMb } from './procs';
+import { SETUPS, type CompareStack, type Setup } from './stack';
+import { timedPost, type Case } from './workload';
+
+interface Tally {
+  total: number[];
+  firstByte: number[];
+  wallMs: number;
+  cpu: { service: number; envoy: number; epp: number };
+  errors: number;
+  firstError: string;
+}
+
+const tally = (): Tally => ({ total: [], firstByte: [], wallMs: 0, cpu: { service: 0, envoy: 0, epp: 0 }, errors: 0, firstError: '' });
+
+export interface Distribution extends Summary {
+  /** p1, p25, p50, p75, p99: a box plot's five numbers. */
+  readonly box: readonly number[];
+}
+
+export interface SetupResult {
+  readonly total: Distribution;
+  /** Time to the first body byte (streaming cases). */
+  readonly ttft?: Distribution;
+  readonly rps: number;
+  readonly service_cpu_ms_per_request: number | null;
+  readonly envoy_cpu_ms_per_request: number;
+  readonly epp_cpu_ms_per_request: number | null;
+  /** Service + Envoy + EPP. */
+  readonly system_cpu_ms_per_request: number;
+  /** Above the floor's figure in the same case (ms); null for the floor. */
+  readonly added_ms: { p50: number; p99: number; ttft_p50?: number; ttft_p99?: number } | null;
+  readonly errors: number;
+}
+
+export interface MemorySample {
+  readonly ours_rss_mb: number;
+  readonly go_rss_mb: number;
+  /** From our /metrics: heap used and the young generation's size (V8 `new` space). */
+  readonly ours_heap_used_mb: number | null;
+  readonly ours_new_space_mb: number | null;
+  readonly ours_old_space_mb: number | null;
+}
+
+export interface PhaseResult {
+  readonly cases: Record<string, Record<Setup, SetupResult>>;
+  readonly idle_cpu_ms_per_s: Record<string, number> | null;
+  readonly memory: { after_warmup: MemorySample | null; after_case: Record<string, MemorySample> };
+}
+
+function distribution(samples: readonly number[]): Distribution {
+  return { ...summarize(samples), box: [1, 25, 50, 75, 99].map((p) => round3(percentile(samples, p))) };
+}
+
+function metric(text: string, re: RegExp): number | null {
+  const m = re.exec(text);
+  return m ? Math.round(Number(m[1]) / 1e5) / 10 : null;
+}
+
+export async function memorySample(stack: CompareStack): Promise<MemorySample> {
+  let text = '';
+  try {
+    text = (await httpGet(stack.oursMetricsUrl, 3000)).body;
+  } catch {
+    // no metrics: heap figures stay null
+  }
+  return {
+    ours_rss_mb: rssMb(stack.pids.ours),
+    go_rss_mb: rssMb(stack.pids.go),
+    ours_heap_used_mb: metric(text, /^nodejs_heap_size_used_bytes(?:\{[^}]*\})? ([0-9.e+]+)/m),
+    ours_new_space_mb: metric(text, /^nodejs_heap_space_size_total_bytes\{[^}]*space="new"[^}]*\} ([0-9.e+]+)/m),
+    ours_old_space_mb: metric(text, /^nodejs_heap_space_size_total_bytes\{[^}]*space="old"[^}]*\} ([0-9.e+]+)/m),
+  };
+}
+
+async function runBlock(c: Case, setup: Setup, stack: CompareStack, agent: Agent, t: Tally, n: number): Promise<void> {
+  const headers = setup === 'floor' ? stack.floorHeaders : {};
+  const url = stack.urls[setup] + c.path;
+  const servicePid = setup === 'ours' ? stack.pids.ours : setup === 'go' ? stack.pids.go : undefined;
+  const eppPid = stack.pids.epp;
+  const cpu0 = {
+    service: servicePid ? cpuSeconds(servicePid) : 0,
+    envoy: cpuSeconds(stack.pids.envoy),
+    epp: eppPid ? cpuSeconds(eppPid) : 0,
+  };
+  const t0 = performance.now();
+  let issued = 0;
+  const worker = async () => {
+    while (issued < n) {
+      issued++;
+      const r = await timedPost(agent, url, c, headers);
+      t.total.push(r.totalMs);
+      t.firstByte.push(r.firstByteMs);
+      if (r.error) {
+        t.errors++;
+        t.firstError ||= `${c.name}/${setup}: ${r.error}`;
+      }
+    }
+  };
+  await Promise.all(Array.from({ length: Math.min(c.concurrency, n) }, worker));
+  t.wallMs += performance.now() - t0;
+  if (servicePid) t.cpu.service += cpuSeconds(servicePid) - cpu0.service;
+  t.cpu.envoy += cpuSeconds(stack.pids.envoy) - cpu0.envoy;
+  if (eppPid) t.cpu.epp += cpuSeconds(eppPid) - cpu0.epp;
+}
+
+function result(setup: Setup, c: Case, t: Tally, floor: SetupResult | undefined, hasEpp: boolean): SetupResult {
+  const n = t.total.length;
+  const per = (s: number) => round3((s * 1000) / n);
+  const total = distribution(t.total);
+  const ttft = c.stream ? distribution(t.firstByte) : undefined;
+  const added =
+    floor && setup !== 'floor'
+      ? {
+          p50: round3(total.p50 - floor.total.p50),
+          p99: round3(total.p99 - floor.total.p99),
+          ...(ttft && floor.ttft ? { ttft_p50: round3(ttft.p50 - floor.ttft.p50), ttft_p99: round3(ttft.p99 - floor.ttft.p99) } : {}),
+        }
+      : null;
+  return {
+    total,
+    ...(ttft ? { ttft } : {}),
+    rps: round3((n * 1000) / t.wallMs),
+    service_cpu_ms_per_request: setup === 'floor' ? null : per(t.cpu.service),
+    envoy_cpu_ms_per_request: per(t.cpu.envoy),
+    epp_cpu_ms_per_request: hasEpp ? per(t.cpu.epp) : null,
+    system_cpu_ms_per_request: per(t.cpu.service + t.cpu.envoy + t.cpu.epp),
+    added_ms: added,
+    errors: t.errors,
+  };
+}
+
+async function idleCpu(stack: CompareStack, seconds: number): Promise<Record<string, number>> {
+  const pids: Record<string, number> = { ours: stack.pids.ours, go: stack.pids.go, envoy: stack.pids.envoy };
+  if (stack.pids.epp) pids['epp'] = stack.pids.epp;
+  // Let the warm-up's deferred work (concurrent compiles, a GC, idle sockets closing) finish first.
+  await new Promise((r) => setTimeout(r, 3000));
+  const before = Object.fromEntries(Object.entries(pids).map(([k, p]) => [k, cpuSeconds(p)]));
+  await new Promise((r) => setTimeout(r, seconds * 1000));
+  return Object.fromEntries(Object.entries(pids).map(([k, p]) => [k, round3(((cpuSeconds(p) - before[k]!) * 1000) / seconds)]));
+}
+
+function line(name: string, r: Record<Setup, SetupResult>): string {
+  return `${name}: ${SETUPS.map((s) => {
+    const x = r[s];
+    const ttft = x.ttft ? ` ttft p50 ${x.ttft.p50.toFixed(1)} p99 ${x.ttft.p99.toFixed(1)},` : '';
+    const cpu = x.service_cpu_ms_per_request ?? '-';
+    const err = x.errors ? `, ${x.errors} errors` : '';
+    return `${s}:${ttft} p50 ${x.total.p50.toFixed(1)} p99 ${x.total.p99.toFixed(1)} ms, ${x.rps} req/s, cpu ${cpu} (system ${x.system_cpu_ms_per_request}) ms/req${err}`;
+  }).join(' | ')}`;
+}
+
+export interface RunOptions {
+  readonly rounds: number;
+  readonly warmup: number;
+  readonly idleSeconds: number;
+  readonly label: string;
+  readonly say: (m: string) => void;
+}
+
+export async function runPhase(stack: CompareStack, cases: readonly Case[], o: RunOptions): Promise<PhaseResult> {
+  const agent = new Agent({ keepAliveTimeout: 10_000, connections: 64 });
+  const out: Record<string, Record<Setup, SetupResult>> = {};
+  const memory: PhaseResult['memory'] = { after_warmup: null, after_case: {} };
+  let idle: Record<string, number> | null = null;
+  try {
+    // Warm-up until V8 has compiled the hot path (seconds of TurboFan work that would otherwise be
+    // billed to the first measured requests): the first case at concurrency 64, then a few of every
+    // case, for every setup.
+    for (const s of SETUPS) {
+      const t = tally();
+      const first = cases[0]!;
+      if (o.warmup > 0) await runBlock({ ...first, stream: false, body: first.body, concurrency: 64 }, s, stack, agent, t, o.warmup);
+      for (const c of cases) await runBlock(c, s, stack, agent, t, Math.min(c.requests, Math.max(c.concurrency, 2)));
+      if (t.errors > 0) throw new Error(`warm-up failed: ${t.firstError}`);
+      o.say(`${o.label}: ${s} warmed up (${t.total.length} requests)`);
+    }
+    memory.after_warmup = await memorySample(stack);
+    o.say(`${o.label}: memory after warm-up ${JSON.stringify(memory.after_warmup)}`);
+    if (o.idleSeconds > 0) {
+      idle = await idleCpu(stack, o.idleSeconds);
+      o.say(`${o.label}: idle CPU ms/s ${JSON.stringify(idle)}`);
+    }
+    for (const c of cases) {
+      const tallies = Object.fromEntries(SETUPS.map((s) => [s, tally()])) as Record<Setup, Tally>;
+      for (let r = 0; r < o.rounds; r++) {
+        for (let i = 0; i < SETUPS.length; i++) {
+          const s = SETUPS[(i + r) % SETUPS.length]!;
+          await runBlock(c, s, stack, agent, tallies[s], c.requests);
+        }
+      }
+      const floor = result('floor', c, tallies.floor, undefined, stack.pids.epp !== undefined);
+      out[c.name] = {
+        floor,
+        ours: result('ours', c, tallies.ours, floor, stack.pids.epp !== undefined),
+        go: result('go', c, tallies.go, floor, stack.pids.epp !== undefined),
+      };
+      memory.after_case[c.name] = await memorySample(stack);
+      o.say(line(c.name, out[c.name]!));
+      const errs = SETUPS.map((s) => tallies[s].firstError).filter(Boolean);
+      if (errs.length > 0) o.say(`${c.name}: first errors: ${errs.join('; ')}`);
+    }
+  } finally {
+    await agent.close();
+  }
+  return { cases: out, idle_cpu_ms_per_s: idle, memory };
+}
