@@ -134,12 +134,29 @@ export class CrdCatalog {
     const key = `${crd.group}/${crd.version}:${crd.kind}`;
     let validate = this.validators.get(key);
     if (!validate) {
-      validate = this.ajv.compile(closeStructuralObjects(crd.schema) as Schema);
+      validate = this.ajv.compile(closeStructuralObjects(withObjectMeta(crd.schema)) as Schema);
       this.validators.set(key, validate);
     }
     if (validate(obj)) return [];
     return (validate.errors ?? []).map(describeError);
   }
+}
+
+/**
+ * Every object has apiVersion, kind and metadata, whether or not its CRD declares them (Istio's
+ * declare only spec and status); the API server checks metadata itself.
+ */
+function withObjectMeta(schema: Schema): Schema {
+  const props = isSchemaObject(schema['properties']) ? schema['properties'] : {};
+  return {
+    ...schema,
+    properties: {
+      apiVersion: { type: 'string' },
+      kind: { type: 'string' },
+      metadata: { type: 'object', 'x-kubernetes-preserve-unknown-fields': true },
+      ...props,
+    },
+  };
 }
 
 function describeError(e: ErrorObject): string {
