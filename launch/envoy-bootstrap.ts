@@ -7,7 +7,9 @@
 import { readFileSync, writeFileSync } from 'node:fs';
 import { isIP } from 'node:net';
 import { join, resolve } from 'node:path';
+import yaml from 'js-yaml';
 import { processorMatches, renderPublicRoutes } from './path-policy';
+import { GRACEFUL_CLOSE, serviceHealthChecks, serviceOutlierDetection, workerCommonHttpOptions, workerRetryPolicy } from './envoy-policy';
 
 export type EnvoyBodyMode = 'full_duplex' | 'buffered';
 
@@ -38,6 +40,15 @@ export interface EnvoyBootstrapOptions {
    * Default 500, defence in depth only: the coordinator itself takes Envoy's per-stream resets.
    */
   readonly extProcStreamCap?: number;
+  /**
+   * `envoy.reloadable_features.ext_proc_graceful_grpc_close` in the runtime layer. Default true;
+   * false (written out, as Envoy's own default) for the suites that prove a stock Envoy.
+   */
+  readonly extProcGracefulClose?: boolean;
+  /** grpc.health.v1 checks and outlier detection on the coordinator cluster. Default true. */
+  readonly extProcHealthCheck?: boolean;
+  /** Idle timeout below the workers' keep-alive and the retry of never-sent requests on the worker legs. Default true. */
+  readonly workerConnectionPolicy?: boolean;
 }
 
 export interface ExtProcTlsOptions {
@@ -62,6 +73,9 @@ export const DEFAULT_ENVOY_BOOTSTRAP: EnvoyBootstrapOptions = {
   bodyMode: 'full_duplex',
   accessLogPath: '/dev/stdout',
   extProcStreamCap: 500,
+  extProcGracefulClose: true,
+  extProcHealthCheck: true,
+  workerConnectionPolicy: true,
 };
 
 export const REPO_ROOT = resolve(__dirname, '..');
@@ -161,6 +175,47 @@ function extProcStreamCap(cap: number | undefined): string {
   ].join('\n');
 }
 
+/** `obj` as block YAML, every line indented by `indent`. */
+function yamlLines(indent: string, obj: unknown): string {
+  return yaml
+    .dump(obj, { lineWidth: 200 })
+    .trimEnd()
+    .split('\n')
+    .map((l) => indent + l)
+    .join('\n');
+}
+
+/** The settings of launch/envoy-policy.ts, or a comment saying which are off. */
+function policyPlaceholders(o: EnvoyBootstrapOptions): Record<string, string> {
+  const graceful = o.extProcGracefulClose ?? true;
+  const workers = o.workerConnectionPolicy ?? true;
+  return {
+    GRACEFUL_CLOSE_RUNTIME: `      ${GRACEFUL_CLOSE.runtimeKey}: ${String(graceful)}`,
+    WORKER_RETRY_POLICY: workers
+      ? yamlLines('              ', { retry_policy: workerRetryPolicy() })
+      : '              # No retry policy (workerConnectionPolicy off).',
+    WORKER_PROTOCOL_OPTIONS: workers
+      ? yamlLines('    ', {
+          typed_extension_protocol_options: {
+            'envoy.extensions.upstreams.http.v3.HttpProtocolOptions': {
+              '@type': 'type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions',
+              common_http_protocol_options: workerCommonHttpOptions(),
+              explicit_http_config: { http_protocol_options: {} },
+            },
+          },
+        })
+      : "    # Envoy's default idle timeout (1 h; workerConnectionPolicy off).",
+    EXTPROC_HEALTH:
+      (o.extProcHealthCheck ?? true)
+        ? [
+            '    # The readiness service: a draining replica turns NOT_SERVING and Envoy stops opening streams',
+            '    # to it while it still accepts them (server.drain_delay covers the detection time).',
+            yamlLines('    ', { health_checks: serviceHealthChecks(), outlier_detection: serviceOutlierDetection() }),
+          ].join('\n')
+        : '    # No health check (extProcHealthCheck off): one endpoint, always used.',
+  };
+}
+
 function placeholders(o: EnvoyBootstrapOptions): Record<string, string> {
   const ext = parseHostPort('extProcAddress', o.extProcAddress);
   const enc = parseHostPort('encodeAddress', o.encodeAddress);
@@ -196,6 +251,7 @@ function placeholders(o: EnvoyBootstrapOptions): Record<string, string> {
     ACCESS_LOG_PATH: checkPath(o.accessLogPath),
     EXTPROC_TRANSPORT_SOCKET: extProcTransportSocket(o.extProcTls),
     EXTPROC_STREAM_CAP: extProcStreamCap(o.extProcStreamCap),
+    ...policyPlaceholders(o),
   };
 }
 

@@ -9,9 +9,8 @@
 import { redisServerArgs } from './redis-args';
 import { mkdirSync, readFileSync, renameSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import yaml from 'js-yaml';
 import { ensureEnvoy } from './envoy';
-import { canBind, freePort, isListening, waitUntil } from './ports';
+import { isListening, waitUntil } from './ports';
 import { REPO_ROOT } from './envoy-bootstrap';
 import {
   readinessGate,
@@ -22,72 +21,9 @@ import {
   type WorkerRole,
 } from './epp-topology';
 import { startChild, stopAll, type Child } from './supervise';
+import { eppArgv, eppStackCoordinatorConfig, llmdAsyncArgv, simArgv, writeKubeconfig, type EppStackPorts } from './epp-stack-plan';
 
-/** The model every worker serves (llm-d-inference-sim checks it; our sim accepts any). */
-export const EPP_STACK_MODEL = 'Qwen/Qwen3-VL-2B-Instruct';
-
-export interface EppStackPorts {
-  readonly public: number;
-  readonly gateway: number;
-  readonly admin: number;
-  readonly extProc: number;
-  readonly metrics: number;
-  readonly eppGrpc: number;
-  readonly eppHealth: number;
-  readonly eppMetrics: number;
-  readonly render: number;
-  /** One port per worker, in order; the name is `sim-<role>-<i>`. */
-  readonly workers: ReadonlyArray<{ role: WorkerRole; port: number }>;
-  readonly redis?: number;
-  /** Envoy's entry for llm-d-async's dispatches (the `async` listener of launch/epp-topology.ts). */
-  readonly asyncEntry?: number;
-  readonly asyncHealth?: number;
-  readonly asyncMetrics?: number;
-}
-
-/** The loopback port plan (all 127.0.0.1), for `npm run stack -- --epp BIN`. */
-export const EPP_STACK_PORTS: EppStackPorts = {
-  public: 8080,
-  gateway: 8081,
-  admin: 19000,
-  extProc: 50051,
-  metrics: 9464,
-  eppGrpc: 9002,
-  eppHealth: 9003,
-  eppMetrics: 9090,
-  render: 8082,
-  workers: [
-    { role: 'encode', port: 8100 },
-    { role: 'prefill', port: 8200 },
-    { role: 'decode', port: 8300 },
-  ],
-};
-
-/** Distinct free loopback ports; `workers` gives the roles in order. */
-export async function freeEppStackPorts(workers: readonly WorkerRole[], withAsync = false): Promise<EppStackPorts> {
-  const taken = new Set<number>();
-  const next = async (): Promise<number> => {
-    let p = await freePort();
-    while (taken.has(p)) p = await freePort();
-    taken.add(p);
-    return p;
-  };
-  const ports = {
-    public: await next(),
-    gateway: await next(),
-    admin: await next(),
-    extProc: await next(),
-    metrics: await next(),
-    eppGrpc: await next(),
-    eppHealth: await next(),
-    eppMetrics: await next(),
-    render: await next(),
-    workers: [] as Array<{ role: WorkerRole; port: number }>,
-    ...(withAsync ? { redis: await next(), asyncEntry: await next(), asyncHealth: await next(), asyncMetrics: await next() } : {}),
-  };
-  for (const role of workers) ports.workers.push({ role, port: await next() });
-  return ports;
-}
+export { EPP_STACK_MODEL, EPP_STACK_PORTS, eppStackCoordinatorConfig, freeEppStackPorts, type EppStackPorts } from './epp-stack-plan';
 
 export interface EppStackOptions {
   readonly dir: string;
@@ -138,55 +74,6 @@ export interface EppStack {
   stop(): Promise<void>;
 }
 
-/** The coordinator config: the upstream e2e pipeline (kv-nixl, ec-nixl) with the probe and the async broker. */
-export function eppStackCoordinatorConfig(o: {
-  ports: EppStackPorts;
-  useOpenaiFormat: boolean;
-  conditionalDecode: boolean;
-  logLevel: number;
-}): string {
-  const steps: unknown[] = [];
-  if (o.ports.redis)
-    steps.push({ type: 'async-broker', params: { redis_url: `redis://127.0.0.1:${o.ports.redis}/0`, wait_cap_seconds: 55 } });
-  steps.push(
-    { type: 'replace-media-urls', params: { download_timeout: '30s', max_concurrent_downloads: 10 } },
-    { type: 'render', params: { address: `http://127.0.0.1:${o.ports.render}`, timeout: '60s' } },
-    ...(o.conditionalDecode ? [{ type: 'conditional-decode' }] : []),
-    { type: 'encode', params: { max_parallel: 8 } },
-    { type: 'prefill' },
-    { type: 'decode' },
-  );
-  const doc = {
-    log_level: o.logLevel,
-    server: {
-      listen_addr: `127.0.0.1:${o.ports.extProc}`,
-      max_request_body_size: 64,
-      body_mode: 'auto',
-      metrics_addr: `127.0.0.1:${o.ports.metrics}`,
-      shutdown_timeout: '1s',
-    },
-    gateway: { address: `http://127.0.0.1:${o.ports.gateway}`, timeout: '60s' },
-    pipeline: { kv_connector: 'kv-nixl', ec_connector: 'ec-nixl', use_openai_format: o.useOpenaiFormat, steps },
-  };
-  return `# Written by launch/epp-stack.ts for this run.\n${yaml.dump(doc, { lineWidth: 120 })}`;
-}
-
-function simArgv(role: WorkerRole | 'render', port: number, extra: readonly string[]): string[] {
-  const common = [
-    `--model=${EPP_STACK_MODEL}`,
-    '--force-dummy-tokenizer',
-    '--max-model-len=131072',
-    '--max-request-body-size-mb=64',
-    `--port=${port}`,
-    '--seed=42',
-  ];
-  if (role === 'render') return [...common, '--mode=echo'];
-  const logged = [...common, '--log-http', '--enable-request-id-headers', ...extra];
-  if (role === 'encode') return [...logged, '--mm-encoder-only', '--no-enable-prefix-caching'];
-  if (role === 'decode') return [...logged, '--mode=echo', '--enable-kvcache=false', '--kv-cache-size=1024', '--block-size=16'];
-  return logged;
-}
-
 async function httpOk(url: string): Promise<boolean> {
   try {
     const res = await fetch(url, { signal: AbortSignal.timeout(1000) });
@@ -199,7 +86,6 @@ async function httpOk(url: string): Promise<boolean> {
 
 /** Any line at all: these programs are then polled on their health endpoint or port. */
 const FIRST_LINE = /^/;
-
 export async function startEppStack(opts: EppStackOptions): Promise<EppStack> {
   const say = opts.say ?? (() => undefined);
   const { ports, dir } = opts;
@@ -288,30 +174,9 @@ export async function startEppStack(opts: EppStackOptions): Promise<EppStack> {
       },
     });
 
-    // The EPP: file discovery, plaintext h2c, no tracing; its ext_proc port opens once the file loaded.
     const epp = await start('epp', {
       command: opts.eppBin,
-      args: [
-        '--pool-name',
-        'local-epd',
-        '--pool-namespace',
-        'local',
-        '--config-file',
-        files.eppConfigPath,
-        '--grpc-port',
-        String(ports.eppGrpc),
-        '--grpc-health-port',
-        String(ports.eppHealth),
-        '--metrics-port',
-        String(ports.eppMetrics),
-        '--secure-serving=false',
-        '--tracing=false',
-        '--enable-pprof=false',
-        '--allow-experimental-plugins=true',
-        '--metrics-endpoint-auth=false',
-        '--refresh-metrics-interval=250ms',
-        '--v=2',
-      ],
+      args: eppArgv(ports, files.eppConfigPath),
       env: { ...process.env, GOMAXPROCS: '1' },
     });
     children.push(epp);
@@ -375,47 +240,10 @@ export async function startEppStack(opts: EppStackOptions): Promise<EppStack> {
     say(`envoy on 127.0.0.1:${ports.public} (gateway ${ports.gateway}, admin ${ports.admin})`);
 
     if (opts.asyncBin && ports.redis) {
-      // llm-d-async starts only with a kubeconfig file; any valid one will do (it never dials it here).
-      const kubeconfig = join(dir, 'kubeconfig.yaml');
-      writeFileSync(
-        kubeconfig,
-        yaml.dump({
-          apiVersion: 'v1',
-          kind: 'Config',
-          'current-context': 'none',
-          clusters: [{ name: 'none', cluster: { server: 'https://127.0.0.1:1' } }],
-          contexts: [{ name: 'none', context: { cluster: 'none', user: 'none' } }],
-          users: [{ name: 'none', user: {} }],
-        }),
-      );
-      const transport = {
-        url: `redis://127.0.0.1:${ports.redis}/0`,
-        // Its own Envoy entry: there the fairness id and objective it stamps are trusted (docs/hardening.md).
-        queues: [
-          {
-            queue_name: 'request-sortedset',
-            igw_base_url: `http://127.0.0.1:${ports.asyncEntry ?? ports.public}`,
-            result_ttl_seconds: 300,
-          },
-        ],
-      };
+      const kubeconfig = writeKubeconfig(dir);
       const ap = await start('llm-d-async', {
         command: opts.asyncBin,
-        args: [
-          '--transport',
-          'redis-sortedset',
-          '--transport-config',
-          JSON.stringify(transport),
-          '--health-port',
-          String(ports.asyncHealth ?? 0),
-          '--metrics-port',
-          String(ports.asyncMetrics ?? 0),
-          '--metrics-endpoint-auth=false',
-          '--metrics-backlog-poll-interval',
-          '0',
-          '--concurrency',
-          '8',
-        ],
+        args: llmdAsyncArgv(ports),
         env: { ...process.env, KUBECONFIG: kubeconfig, GOMAXPROCS: '1' },
       });
       children.push(ap);
@@ -490,59 +318,4 @@ export async function startEppStack(opts: EppStackOptions): Promise<EppStack> {
     await stop();
     throw err;
   }
-}
-
-/**
- * `npm run stack -- --epp BIN [--sim BIN] [--async BIN]`: the topology above on the port plan of
- * {@link EPP_STACK_PORTS} until Ctrl-C / SIGTERM. Configs and logs go under `<repo>/.stack-epp/`.
- */
-export async function runEppStackCommand(bins: { epp: string; sim?: string; async?: string }): Promise<void> {
-  const { rmSync } = await import('node:fs');
-  const say = (msg: string) => process.stdout.write(`stack: ${msg}\n`);
-  const dir = join(REPO_ROOT, '.stack-epp');
-  rmSync(dir, { recursive: true, force: true });
-  const ports: EppStackPorts = bins.async
-    ? { ...EPP_STACK_PORTS, redis: 6380, asyncEntry: 8084, asyncHealth: 8083, asyncMetrics: 9091 }
-    : EPP_STACK_PORTS;
-  const planned = [
-    ...Object.entries(ports).filter((e): e is [string, number] => typeof e[1] === 'number'),
-    ...ports.workers.map((w, i) => [`${w.role}-${i}`, w.port] as [string, number]),
-  ];
-  const busy: string[] = [];
-  for (const [role, port] of planned) if (!(await canBind(port))) busy.push(`${port} (${role})`);
-  if (busy.length > 0) {
-    process.stderr.write(`stack: refusing to start: port(s) already in use on 127.0.0.1: ${busy.join(', ')}\n`);
-    process.exit(1);
-  }
-  let stack: EppStack | undefined;
-  let stopping = false;
-  const shutdown = async (why: string, code: number) => {
-    if (stopping) return;
-    stopping = true;
-    say(`${why}: stopping every child by PID`);
-    await stack?.stop();
-    process.exit(code);
-  };
-  process.on('SIGINT', () => void shutdown('SIGINT', 0));
-  process.on('SIGTERM', () => void shutdown('SIGTERM', 0));
-  try {
-    stack = await startEppStack({ dir, ports, eppBin: bins.epp, simBin: bins.sim, asyncBin: bins.async, say });
-  } catch (err) {
-    process.stderr.write(`stack: start-up failed: ${(err as Error).message}\n`);
-    process.exit(1);
-  }
-  void stack.firstExit.then((name) => shutdown(`${name} exited unexpectedly (see ${dir})`, 1));
-  const chat = JSON.stringify({ model: EPP_STACK_MODEL, messages: [{ role: 'user', content: 'Hello from the stack' }] });
-  process.stdout.write(`
-epd-coordinator + llm-d EPP (file discovery) is up; workers: ${bins.sim ? 'llm-d-inference-sim' : 'our sim/'}.
-  Files: ${stack.endpointsPath}
-         ${stack.eppConfigPath}
-         ${stack.envoyConfigPath}
-  Try:
-    curl -sS ${stack.publicUrl}/v1/chat/completions -H 'content-type: application/json' -d '${chat}'
-  Readiness: curl -s ${stack.adminUrl}/ready; curl -s ${stack.eppMetricsUrl} | grep llm_d_epp_ready_endpoints
-  Access log (upstream= is the EPP's pick): tail -f ${stack.accessLogPath}
-  PIDs: ${stack.pids.map((p) => `${p.name}=${p.pid}`).join(' ')}
-  Ctrl-C (or SIGTERM) stops everything.
-`);
 }

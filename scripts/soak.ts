@@ -305,12 +305,24 @@ async function main(): Promise<void> {
     const steady = samples.filter((s) => s.t >= args.minutes * 0.1);
     const cx = await envoy.stats('cluster.epd_coordinator.upstream_cx_');
     const extProc = await envoy.stats('http.public.ext_proc.streams_failed');
+    const resets = await envoy.stats('cluster.epd_coordinator.http2.tx_reset');
+    const workers = await envoy.stats('_workers.upstream_');
+    const sumOf = (suffix: string): number =>
+      Object.entries(workers)
+        .filter(([k]) => k.endsWith(suffix))
+        .reduce((sum, [, v]) => sum + v, 0);
     const report = {
       node: process.version,
       streamCap: args.streamCap,
       coordinatorConnections: cx['cluster.epd_coordinator.upstream_cx_total'] ?? 0,
       coordinatorProtocolErrors: cx['cluster.epd_coordinator.upstream_cx_protocol_error'] ?? 0,
       extProcStreamsFailed: extProc['http.public.ext_proc.streams_failed'] ?? 0,
+      // 0 with graceful ext_proc close; one per request without it.
+      coordinatorStreamResets: resets['cluster.epd_coordinator.http2.tx_reset'] ?? 0,
+      // The keep-alive race: a worker closed a connection under a request (0 with the idle timeout).
+      workerClosesUnderRequest: sumOf('.upstream_cx_destroy_remote_with_active_rq'),
+      workerIdleCloses: sumOf('.upstream_cx_idle_timeout'),
+      workerRetries: sumOf('.upstream_rq_retry'),
       minutes: args.minutes,
       bodyMode: args.bodyMode,
       peakRps: Number(peak.toFixed(1)),

@@ -4,7 +4,7 @@
  */
 import { existsSync, mkdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
-import { runEppStackCommand } from '../launch/epp-stack';
+import { runEppStackCommand } from '../launch/epp-stack-command';
 import { ensureEnvoy } from '../launch/envoy';
 import { TestClient } from '../launch/client';
 import { REPO_ROOT, type EnvoyBodyMode } from '../launch/envoy-bootstrap';

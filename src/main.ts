@@ -66,12 +66,16 @@ async function main(): Promise<void> {
       process.exit(1);
     }
     draining = true;
-    log.info({ signal, active_streams: service.activeStreams(), grace_ms: config.server.shutdownTimeoutMs }, 'draining');
+    const { drainDelayMs, shutdownTimeoutMs } = config.server;
+    log.info({ signal, active_streams: service.activeStreams(), drain_delay_ms: drainDelayMs, grace_ms: shutdownTimeoutMs }, 'draining');
     // close() is bounded by the grace period plus the exporters' own timeouts; never hang past that.
-    setTimeout(() => {
-      log.error('shutdown did not finish in time: exiting');
-      process.exit(1);
-    }, config.server.shutdownTimeoutMs + HARD_EXIT_MARGIN_MS).unref();
+    setTimeout(
+      () => {
+        log.error('shutdown did not finish in time: exiting');
+        process.exit(1);
+      },
+      drainDelayMs + shutdownTimeoutMs + HARD_EXIT_MARGIN_MS,
+    ).unref();
     service.close().then(
       () => {
         log.info('stopped');

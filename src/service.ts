@@ -43,7 +43,7 @@ export interface RunningService {
   /** Streams still being processed. */
   activeStreams(): number;
   /**
-   * Drains: health NOT_SERVING, new streams refused, in-flight ones may finish for `graceMs`
+   * Drains: health NOT_SERVING, new streams refused after `server.drain_delay`, in-flight ones may finish for `graceMs`
    * (default `server.shutdown_timeout`), then everything closes. Idempotent.
    */
   close(graceMs?: number): Promise<void>;
@@ -191,6 +191,9 @@ export async function startService(config: AppConfig, opts: ServiceOptions = {})
       close: (graceMs = config.server.shutdownTimeoutMs) =>
         (closed ??= (async () => {
           health.drain();
+          // Until Envoy's health check has seen NOT_SERVING it may still pick this replica: refusing
+          // its streams now would fail those requests.
+          if (config.server.drainDelayMs > 0) await new Promise((resolve) => setTimeout(resolve, config.server.drainDelayMs));
           const cancelled = await server.drain(graceMs);
           if (cancelled > 0) log.warn({ cancelled, grace_ms: graceMs }, 'drain timeout: cancelled the streams still open');
           await cleanup();

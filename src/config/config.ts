@@ -22,6 +22,8 @@ export interface AppConfig {
     readonly bodyMode: 'auto' | 'full_duplex' | 'buffered';
     readonly metadataNamespace: string;
     readonly shutdownTimeoutMs: number;
+    /** `server.drain_delay`: NOT_SERVING but still accepting, before the drain refuses new streams. */
+    readonly drainDelayMs: number;
     /** `host:port` of the Prometheus listener; `null` = disabled. */
     readonly metricsAddr: ListenAddress | null;
     readonly streamedResponses: boolean;
@@ -203,6 +205,8 @@ export function parseConfig(input: unknown, env: NodeJS.ProcessEnv = process.env
   if (streamIdleMs !== 0 && (streamIdleMs < 100 || streamIdleMs > 86_400_000)) {
     throw new ConfigError('server.stream_idle_timeout', '0 (off) or a duration from 100ms to 24h', `${streamIdleMs}ms`);
   }
+  const drainDelayMs = get<number>('server.drain_delay');
+  if (drainDelayMs > 300_000) throw new ConfigError('server.drain_delay', 'at most 5m', `${drainDelayMs}ms`);
   const maxRequestHeaders = get<number>('server.max_request_headers');
   if (maxRequestHeaders > 65535) throw new ConfigError('server.max_request_headers', 'at most 65535', maxRequestHeaders);
   const sessionLimits = { streamResetBurst: get<number>('server.stream_reset_burst'), streamResetRate: get<number>('server.stream_reset_rate') };
@@ -233,6 +237,7 @@ export function parseConfig(input: unknown, env: NodeJS.ProcessEnv = process.env
       bodyMode: get<'auto' | 'full_duplex' | 'buffered'>('server.body_mode'),
       metadataNamespace: get<string>('server.metadata_namespace'),
       shutdownTimeoutMs: get<number>('server.shutdown_timeout'),
+      drainDelayMs,
       metricsAddr: metricsAddress(get<string>('server.metrics_addr'), get<number | undefined>('server.metrics_port'), lookup(doc, 'server.metrics_addr') !== undefined || env[envName('server.metrics_addr')] !== undefined),
       streamedResponses: get<boolean>('server.streamed_responses'),
       streamIdleTimeoutMs: streamIdleMs,

@@ -20,6 +20,13 @@ import {
   type TopologyOptions,
 } from '../../launch/epp-topology';
 import { ensureEnvoy } from '../../launch/envoy';
+import {
+  GRACEFUL_CLOSE,
+  SERVICE_HEALTH_CHECK,
+  WORKER_IDLE_TIMEOUT_SECONDS,
+  WORKER_KEEPALIVE_SECONDS,
+  WORKER_RETRY,
+} from '../../launch/envoy-policy';
 import { envoyValidate } from './envoy-validate';
 import { allowedMatches, PIPELINE_PATHS, REFUSED_PATH_BODY } from '../../launch/path-policy';
 
@@ -164,6 +171,28 @@ describe('no-Kubernetes topology files (launch/epp-topology.ts)', () => {
     expect(routes[0]['route']['cluster']).toBe('original_destination_cluster');
     expect(routes[1]).toMatchObject({ direct_response: { status: 400 } });
     expect(envoy['admin']['address']['socket_address']).toEqual({ address: '127.0.0.1', port_value: 19000 });
+  });
+
+  test('the policy of launch/envoy-policy.ts: graceful ext_proc close, never-sent retries on every listener, worker idle timeout, health-checked coordinator', () => {
+    const layers = envoy['layered_runtime']['layers'] as Json[];
+    expect(layers.map((l) => l['static_layer'][GRACEFUL_CLOSE.runtimeKey])).toEqual([true]);
+    for (const listener of ['public', 'gateway']) {
+      const vhost = hcm(listener)['route_config']['virtual_hosts'][0];
+      expect({ listener, retry: vhost['retry_policy'] }).toEqual({
+        listener,
+        retry: { retry_on: WORKER_RETRY.retryOn.join(','), num_retries: WORKER_RETRY.numRetries },
+      });
+    }
+    const clusters = envoy['static_resources']['clusters'] as Json[];
+    const workers = clusters.find((c) => c['type'] === 'ORIGINAL_DST')!;
+    const opts = workers['typed_extension_protocol_options']['envoy.extensions.upstreams.http.v3.HttpProtocolOptions'];
+    expect(opts['common_http_protocol_options']).toEqual({ idle_timeout: `${WORKER_IDLE_TIMEOUT_SECONDS}s` });
+    expect(WORKER_IDLE_TIMEOUT_SECONDS).toBeLessThan(Math.min(...Object.values(WORKER_KEEPALIVE_SECONDS)));
+    const coordinator = clusters.find((c) => c['name'] === 'epd_coordinator')!;
+    expect(coordinator['health_checks'][0]).toMatchObject({
+      interval: `${SERVICE_HEALTH_CHECK.intervalSeconds}s`,
+      grpc_health_check: { service_name: SERVICE_HEALTH_CHECK.service },
+    });
   });
 
   test('access log: upstream= and prefiller= on both listeners, our dynamic metadata on the public one, and it parses back', () => {

@@ -14,6 +14,7 @@ import os from 'node:os';
 import path from 'node:path';
 import yaml from 'js-yaml';
 import { countStatuses } from './support/load';
+import { GRACEFUL_CLOSE } from '../../launch/envoy-policy';
 import { TestClient } from '../../launch/client';
 import {
   EGCTL,
@@ -95,7 +96,13 @@ function graft(text: string, parts: { filter: Json; cluster: Json }): string {
   beforeAll(async () => {
     const parts = translatedParts();
     cap = parts.cap;
-    stack = await startCustomStack({ steps: () => [{ type: 'decode' }], logLevel: 1, editEnvoy: (text) => graft(text, parts) });
+    stack = await startCustomStack({
+      steps: () => [{ type: 'decode' }],
+      logLevel: 1,
+      // Stock: Envoy resets each ext_proc stream (the manifests turn graceful close on in the EnvoyProxy bootstrap).
+      envoyPolicy: { extProcGracefulClose: false },
+      editEnvoy: (text) => graft(text, parts),
+    });
     client = new TestClient(stack.publicUrl);
   }, 120_000);
   afterAll(async () => {
@@ -109,6 +116,7 @@ function graft(text: string, parts: { filter: Json; cluster: Json }): string {
     const running = fs.readFileSync(path.join(stack.dir, 'envoy', 'envoy.yaml'), 'utf8');
     expect(running).not.toMatch(/max_?requests_?per_?connection/i);
     expect(running).toMatch(/FULL_DUPLEX_STREAMED/);
+    expect(running).toContain(`"${GRACEFUL_CLOSE.runtimeKey}": false`);
 
     expect(await countStatuses(client, REQUESTS, CONCURRENCY)).toEqual({ 200: REQUESTS });
     const stats = await stack.envoy.stats(`cluster.${CLUSTER}.`);

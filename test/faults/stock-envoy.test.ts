@@ -11,8 +11,13 @@
  * worker thread): every one a 200, both counters at 0, and `upstream_cx_total` of the coordinator
  * cluster exactly 1. The pipeline is decode only, so the requests are cheap and the run is about the
  * HTTP/2 session, not the workers.
+ *
+ * Stock also means without the graceful ext_proc close the shipped files turn on (the runtime flag is
+ * written out as false, Envoy's default) and without their health check, whose own connection would
+ * blur the one-connection count: an Envoy without either stays proven.
  */
 import type { EnvoyBodyMode } from '../../launch/envoy-bootstrap';
+import { GRACEFUL_CLOSE } from '../../launch/envoy-policy';
 import { countStatuses } from './support/load';
 import { TestClient } from '../../launch/client';
 import { startStack, type Stack } from '../support/stack';
@@ -25,7 +30,13 @@ describe.each<EnvoyBodyMode>(['full_duplex', 'buffered'])('a stock Envoy (%s, no
   let stack: Stack;
   let client: TestClient;
   beforeAll(async () => {
-    stack = await startStack({ bodyMode, extProcStreamCap: 0, steps: () => [{ type: 'decode' }], logLevel: 1 });
+    stack = await startStack({
+      bodyMode,
+      extProcStreamCap: 0,
+      envoyPolicy: { extProcGracefulClose: false, extProcHealthCheck: false },
+      steps: () => [{ type: 'decode' }],
+      logLevel: 1,
+    });
     client = new TestClient(stack.publicUrl);
   }, 60_000);
   afterAll(async () => {
@@ -36,6 +47,8 @@ describe.each<EnvoyBodyMode>(['full_duplex', 'buffered'])('a stock Envoy (%s, no
   it(`carries ${REQUESTS} requests on one coordinator connection, every one a 200`, async () => {
     const bootstrap = (await import('node:fs')).readFileSync(stack.envoy.configPath, 'utf8');
     expect(bootstrap).not.toMatch(/^\s*max_requests_per_connection:/m);
+    expect(bootstrap).toContain(`${GRACEFUL_CLOSE.runtimeKey}: false`);
+    expect(bootstrap).not.toMatch(/^\s*health_checks:/m);
 
     expect(await countStatuses(client, REQUESTS, CONCURRENCY)).toEqual({ 200: REQUESTS });
     const stats = await stack.envoy.stats(`cluster.${CLUSTER}.upstream_`);

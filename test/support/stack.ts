@@ -8,7 +8,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import pino from 'pino';
 import type { Logger } from 'pino';
-import type { EnvoyBodyMode } from '../../launch/envoy-bootstrap';
+import type { EnvoyBodyMode, EnvoyBootstrapOptions } from '../../launch/envoy-bootstrap';
 import { startSimulator, type Simulator, type SimulatorOptions } from '../../sim/simulator';
 import { parseConfig, type AppConfig } from '../../src/config/config';
 import { createLogger } from '../../src/observability/logger';
@@ -44,6 +44,8 @@ export interface StackOptions {
   readonly envoyLogLevel?: string;
   /** `max_requests_per_connection` of Envoy's coordinator cluster (bootstrap default 500); 0 = none, as on a stock Envoy. */
   readonly extProcStreamCap?: number;
+  /** The switches of launch/envoy-policy.ts's settings (graceful close, health check, worker legs); default all on. */
+  readonly envoyPolicy?: Pick<EnvoyBootstrapOptions, 'extProcGracefulClose' | 'extProcHealthCheck' | 'workerConnectionPolicy'>;
   /** `server.trusted_client_headers`. Default none. */
   readonly trustedClientHeaders?: readonly string[];
   /** A whole coordinator config document instead of {@link stackConfigDoc} (given the addresses). */
@@ -141,6 +143,7 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
             decodeAddress: `127.0.0.1:${s.decode.port}`,
             accessLogPath: join(dir, 'access.log'),
             ...(opts.extProcStreamCap !== undefined ? { extProcStreamCap: opts.extProcStreamCap } : {}),
+            ...opts.envoyPolicy,
           },
         });
         break;

@@ -123,11 +123,36 @@ any other form, which the drain check then leaves alone.
 {{/* The kubelet kills the pod at the grace period: preStop and the drain must fit in it. */}}
 {{- define "epd.checkDrain" -}}
 {{- $drain := include "epd.seconds" (default "25s" .Values.config.server.shutdown_timeout) | atoi }}
-{{- if ge $drain 0 }}
-{{- $need := add .Values.preStopSleepSeconds $drain }}
+{{- $delay := include "epd.seconds" (default "0s" .Values.config.server.drain_delay) | atoi }}
+{{- if and (ge $drain 0) (ge $delay 0) }}
+{{- $need := add .Values.preStopSleepSeconds $delay $drain }}
 {{- if lt (int .Values.terminationGracePeriodSeconds) (int $need) }}
-{{- fail (printf "terminationGracePeriodSeconds (%v) must cover preStopSleepSeconds (%v) + config.server.shutdown_timeout (%v = %vs)" .Values.terminationGracePeriodSeconds .Values.preStopSleepSeconds .Values.config.server.shutdown_timeout $drain) }}
+{{- fail (printf "terminationGracePeriodSeconds (%v) must cover preStopSleepSeconds (%v) + config.server.drain_delay (%vs) + config.server.shutdown_timeout (%v = %vs)" .Values.terminationGracePeriodSeconds .Values.preStopSleepSeconds $delay .Values.config.server.shutdown_timeout $drain) }}
 {{- end }}
+{{- end }}
+{{- $hc := .Values.extensionPolicy.healthCheck }}
+{{- $interval := include "epd.seconds" $hc.interval | atoi }}
+{{- $timeout := include "epd.seconds" $hc.timeout | atoi }}
+{{- if and (ge $interval 0) (ge $timeout 0) }}
+{{- $detect := add (mul $interval $hc.unhealthyThreshold) $timeout }}
+{{- if lt (int .Values.preStopSleepSeconds) (int $detect) }}
+{{- fail (printf "preStopSleepSeconds (%v) must cover the health check's detection time: extensionPolicy.healthCheck interval (%v) x unhealthyThreshold (%v) + timeout (%v) = %vs" .Values.preStopSleepSeconds $hc.interval $hc.unhealthyThreshold $hc.timeout $detect) }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* Graceful ext_proc close: one runtime layer merged into Envoy Gateway's bootstrap (launch/envoy-policy.ts). */}}
+{{- define "epd.gracefulCloseBootstrap" -}}
+{{- if .Values.gateways.gracefulExtProcClose }}
+  # Graceful ext_proc close (Envoy >= 1.34): half-close and wait for the server, no reset per stream.
+  bootstrap:
+    type: Merge
+    value: |
+      layered_runtime:
+        layers:
+        - name: epd-coordinator
+          static_layer:
+            envoy.reloadable_features.ext_proc_graceful_grpc_close: true
 {{- end }}
 {{- end }}
 

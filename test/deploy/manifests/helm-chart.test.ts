@@ -148,6 +148,7 @@ const helmTitle = 'Helm chart charts/epd-coordinator';
     test('the default render holds the coordinator and its Envoy Gateway wiring, and no InferencePool (it references the existing one)', () => {
       expect(defaults.map((o) => `${o.kind}/${o.metadata.name}`).sort()).toEqual(
         [
+          'BackendTrafficPolicy/epd-coordinator-worker-connections',
           'ClientTrafficPolicy/inference-gateway-clients',
           'ConfigMap/epd-coordinator-config',
           'Deployment/epd-coordinator',
@@ -372,7 +373,7 @@ const helmTitle = 'Helm chart charts/epd-coordinator';
       expect(sum(render())).toBe(sum(defaults));
     });
 
-    test('the drain must fit in the grace period: preStop + shutdown_timeout beyond terminationGracePeriodSeconds is refused', () => {
+    test('the drain must fit in the grace period: preStop + drain_delay + shutdown_timeout beyond terminationGracePeriodSeconds is refused, and preStop must outlast the health check', () => {
       const grace = (objs: K8sObject[]) =>
         (find<Deployment>(objs, 'Deployment').spec.template.spec as unknown as { terminationGracePeriodSeconds: number })
           .terminationGracePeriodSeconds;
@@ -382,9 +383,24 @@ const helmTitle = 'Helm chart charts/epd-coordinator';
         { config: { server: { shutdown_timeout: '31s' } } },
         { config: { server: { shutdown_timeout: '1m' } } },
         { preStopSleepSeconds: 11 },
+        { config: { server: { drain_delay: '6s' } } },
       ]) {
         const r = helmTemplate(values);
         expect({ values, status: r.status, says: /terminationGracePeriodSeconds \(35\) must cover/.test(r.stderr) }).toEqual({
+          values,
+          status: 1,
+          says: true,
+        });
+      }
+      // preStop must outlast the health check's detection (interval x unhealthyThreshold + timeout = 3 s).
+      expect(grace(render({ preStopSleepSeconds: 3 }))).toBe(35);
+      for (const values of [{ preStopSleepSeconds: 2 }, { extensionPolicy: { healthCheck: { interval: '3s' } } }]) {
+        const r = helmTemplate(values);
+        expect({
+          values,
+          status: r.status,
+          says: /preStopSleepSeconds \(\d+\) must cover the health check's detection time/.test(r.stderr),
+        }).toEqual({
           values,
           status: 1,
           says: true,

@@ -72,6 +72,7 @@ export async function startCustomStack(opts: CustomStackOptions): Promise<Custom
         encodeAddress: `127.0.0.1:${encode.port}`,
         prefillAddress: prefillAddrs[0]!,
         decodeAddress: `127.0.0.1:${decode.port}`,
+        ...opts.envoyPolicy,
       },
       (yaml) => {
         const multi = prefillAddrs.length > 1 ? withClusterEndpoints(yaml, 'prefill_workers', prefillAddrs) : yaml;

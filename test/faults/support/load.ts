@@ -1,5 +1,5 @@
 /** Steady client traffic for the restart tests and the soak: N loops, each one request at a time. */
-import { TestClient } from '../../../launch/client';
+import { at, sseData, TestClient } from '../../../launch/client';
 
 export interface Outcome {
   /** performance.now() at send and at the end of the answer (or failure). */
@@ -74,4 +74,62 @@ export async function countStatuses(client: TestClient, total: number, concurren
     }),
   );
   return Object.fromEntries(statuses);
+}
+
+export interface MixedTally {
+  readonly sent: number;
+  /** Not a 200, or no complete answer at all. */
+  readonly failed: number;
+  /** Streams that answered 200 but lacked `[DONE]` or whose text was not the whole echo. */
+  readonly cut: number;
+  readonly failures: readonly string[];
+}
+
+/**
+ * Chat completions, every other one streamed, each asking the echo workers to repeat a prompt of
+ * its own: a stream counts as whole only when its deltas join to that prompt and `[DONE]` ends it.
+ * Runs `concurrency` loops until `stop()` resolves true (checked before each request) or `total` is reached.
+ */
+export async function mixedChats(
+  client: TestClient,
+  opts: { concurrency: number; total?: number; stop?: () => boolean; timeoutMs?: number },
+): Promise<MixedTally> {
+  let sent = 0;
+  let failed = 0;
+  let cut = 0;
+  const failures: string[] = [];
+  const note = (what: string) => {
+    if (failures.length < 20) failures.push(what);
+  };
+  await Promise.all(
+    Array.from({ length: opts.concurrency }, async () => {
+      while (!(opts.stop?.() ?? false) && (opts.total === undefined || sent < opts.total)) {
+        const i = sent++;
+        const stream = i % 2 === 1;
+        const prompt = `request ${i} asks for every word of this sentence back`;
+        const body = { model: 'sim-model', messages: [{ role: 'user', content: prompt }], stream };
+        try {
+          const res = await client.post('/v1/chat/completions', body, { timeoutMs: opts.timeoutMs ?? 30_000 });
+          if (res.status !== 200) {
+            failed++;
+            note(`#${i} ${res.status} ${res.text.slice(0, 200)}`);
+          } else if (stream) {
+            const data = sseData(res.text);
+            const text = data
+              .filter((d) => d !== '[DONE]')
+              .map((d) => String(at(JSON.parse(d), 'choices', 0, 'delta', 'content') ?? ''))
+              .join('');
+            if (data[data.length - 1] !== '[DONE]' || text !== prompt) {
+              cut++;
+              note(`#${i} stream cut: ${JSON.stringify(text)}`);
+            }
+          }
+        } catch (err) {
+          failed++;
+          note(`#${i} ${(err as Error).message}`);
+        }
+      }
+    }),
+  );
+  return { sent, failed, cut, failures };
 }

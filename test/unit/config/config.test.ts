@@ -24,6 +24,12 @@ describe('parseConfig', () => {
     expect(c.pipeline.steps).toEqual([]);
   });
 
+  test('server.drain_delay: 0 by default (the preStop sleep does it under Kubernetes), a duration up to 5m', () => {
+    expect(parseConfig({}, {}).server.drainDelayMs).toBe(0);
+    expect(parseConfig({ server: { drain_delay: '5s' } }, {}).server.drainDelayMs).toBe(5000);
+    expect(() => parseConfig({ server: { drain_delay: '6m' } }, {})).toThrow(/server\.drain_delay.*at most 5m/);
+  });
+
   test("the ext_proc listener's HTTP/2 stream-reset budget defaults far above Node's (1000, 33/s)", () => {
     expect(parseConfig({}, {}).server.sessionLimits).toEqual({ streamResetBurst: 100_000, streamResetRate: 10_000 });
     expect(parseConfig({ server: { stream_reset_burst: 5000, stream_reset_rate: 500 } }, {}).server.sessionLimits).toEqual({ streamResetBurst: 5000, streamResetRate: 500 });
@@ -92,6 +98,8 @@ describe('loadConfig', () => {
 
   test('the shipped config/coordinator.yaml loads', () => {
     const c = loadConfig(join(__dirname, '../../../config/coordinator.yaml'), {});
+    // envoy/'s health check needs 3 s to see a draining replica.
+    expect(c.server.drainDelayMs).toBe(5000);
     expect(c.pipeline.steps.map((s) => s.type)).toEqual(['render', 'prefill', 'decode']);
     expect(c.warnings).toEqual([]);
   });
