@@ -86,7 +86,8 @@ export class CrdCatalog {
   private readonly validators = new Map<string, ValidateFunction>();
   // Formats (int32, date-time, ...) are the API server's business; CEL rules (x-kubernetes-validations)
   // cannot be evaluated here. Everything else in the schema is enforced.
-  private readonly ajv = new Ajv({ strict: false, allErrors: true, validateFormats: false, logger: false });
+  // CRD patterns are Go RE2, which allows identity escapes (`\-`, `\"`) that JavaScript's unicode mode refuses.
+  private readonly ajv = new Ajv({ strict: false, allErrors: true, validateFormats: false, logger: false, unicodeRegExp: false });
 
   /** Reads every CRD in the folders that exist; the first folder holding a kind wins. */
   static load(dirs: readonly string[]): CrdCatalog {
