@@ -30,6 +30,7 @@ import { AccessLog } from '../support/access-log';
 import { countStatuses, startLoad } from '../faults/support/load';
 import { PNG_BYTES } from '../unit/steps/media/image-server';
 import { envoyBinary } from './manifests/egctl-translation';
+import { GRACEFUL_CLOSE } from '../../launch/envoy-policy';
 import { loadManifests, type K8sObject } from './manifests/manifest-files';
 import { ENVOY_GATEWAY, FIXED_PORTS, conditionsOf, startEnvoyGateway, type EnvoyGateway } from './envoy-gateway/controller';
 import { STANDALONE_NAMESPACE, standaloneResources, type StandaloneTargets } from './envoy-gateway/standalone-resources';
@@ -167,6 +168,11 @@ async function adminGet(address: string, p: string): Promise<string> {
     expect(log).not.toMatch(/downloading|Downloading/);
     await waitUntil(async () => (await publicAdmin().catch(() => undefined)) !== undefined, 'public Envoy', 30_000, 200);
     expect(await adminGet(await publicAdmin(), '/server_info')).toContain('1.40.0');
+    // The EnvoyProxy's bootstrap Merge (graceful ext_proc close) reached the Envoy the Host provider runs.
+    for (const admin of eg!.envoyAdmins()) {
+      const runtime = JSON.parse(await adminGet(admin, '/runtime')) as { entries: Record<string, { final_value: string }> };
+      expect({ admin, value: runtime.entries[GRACEFUL_CLOSE.runtimeKey]?.final_value }).toEqual({ admin, value: 'true' });
+    }
   });
 
   it('text chat: render -> prefill -> decode through the controller-made Envoy, the client x-request-id kept', async () => {
