@@ -1,6 +1,6 @@
 /**
  * config/istio: the Istio objects against Istio's own CRD schemas (istio.io/api v1.32.0, copied into
- * .tools/crds by config/istio/install-crds.sh), the routes against config/k8s's, the filter order
+ * .tools/crds by config/istio/install-tools.sh), the routes against config/k8s's, the filter order
  * the EnvoyFilter asks for, and its patch values loaded by Envoy (`envoy --mode validate`) on a
  * listener shaped like Istio's gateway listener (the EPP's ext_proc filter included).
  *
@@ -90,7 +90,7 @@ describe('config/istio', () => {
 
 const haveCrds = fs.existsSync(ISTIO_CRDS_DIR) && fs.existsSync(SHARED_CRDS_DIR);
 const crdTitle = `config/istio against Istio's CRD schemas (istio.io/api v1.32.0) and the Gateway API's${
-  haveCrds ? '' : ` (skipped: ${ISTIO_CRDS_DIR} or ${SHARED_CRDS_DIR} is absent; config/istio/install-crds.sh copies Istio's)`
+  haveCrds ? '' : ` (skipped: ${ISTIO_CRDS_DIR} or ${SHARED_CRDS_DIR} is absent; config/istio/install-tools.sh copies Istio's)`
 }`;
 (haveCrds ? describe : describe.skip)(crdTitle, () => {
   const catalog = haveCrds ? CrdCatalog.load([SHARED_CRDS_DIR, ISTIO_CRDS_DIR]) : undefined;
