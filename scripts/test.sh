@@ -9,7 +9,8 @@ echo "[test] node $(node --version) ($(command -v node))" >&2
 # egctl translates config/k8s as Envoy Gateway would (test/deploy/manifests). Optional: without Go, or
 # if the build fails, those tests skip and say why. Go's build cache makes later runs take seconds.
 if command -v go >/dev/null 2>&1; then
-  bash config/k8s/verify-egctl.sh --install-only || echo "[deps] egctl unavailable; its manifest tests will skip" >&2
+  bash config/k8s/verify-egctl.sh --install-only || echo "[deps] egctl/envoy-gateway unavailable; their tests will skip" >&2
+  bash config/istio/install-tools.sh || echo "[deps] Istio tools incomplete; the config/istio schema/patch tests that need them will skip" >&2
 fi
 # Helm and Kubernetes' JSON schemas for the chart test (test/deploy/manifests/helm-chart.test.ts). The
 # script skips Helm, saying so, without Go, and the tests that need it skip with the reason.

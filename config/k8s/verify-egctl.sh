@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Checks config/k8s the way Envoy Gateway itself would read it, then runs the manifest tests:
-#   1. installs egctl (Envoy Gateway's CLI, same version as the CRDs in ../shared/crds) into .tools/bin;
+#   1. installs egctl (Envoy Gateway's CLI, same version as the CRDs in ../shared/crds) and the
+#      envoy-gateway controller itself (same module and version; test/deploy/envoy-gateway-controller
+#      runs it standalone) into .tools/bin;
 #   2. copies Envoy Gateway's own CRDs (EnvoyProxy, ClientTrafficPolicy, ...) into .tools/crds, so the
 #      schema test also covers the kinds ../shared/crds does not hold;
 #   3. runs test/deploy/manifests: schema validation, `egctl x translate` of the manifests and
@@ -20,8 +22,8 @@ BIN_DIR="$PWD/.tools/bin"
 CRD_DIR="$PWD/.tools/crds/envoy-gateway-$EG_VERSION"
 log() { printf '[verify-egctl] %s\n' "$*" >&2; }
 
-have_egctl() {
-  [ -x "$BIN_DIR/egctl" ] && go version -m "$BIN_DIR/egctl" 2>/dev/null | grep -Eq "^\s*mod\s+$EG_MODULE\s+$EG_VERSION\s"
+have_bin() {
+  [ -x "$BIN_DIR/$1" ] && go version -m "$BIN_DIR/$1" 2>/dev/null | grep -Eq "^\s*mod\s+$EG_MODULE\s+$EG_VERSION\s"
 }
 
 if ! command -v go >/dev/null 2>&1; then
@@ -29,11 +31,13 @@ if ! command -v go >/dev/null 2>&1; then
   exit 1
 fi
 
-if ! have_egctl; then
-  log "installing egctl $EG_VERSION into $BIN_DIR (first run builds it; this takes a while)"
-  mkdir -p "$BIN_DIR"
-  GOBIN="$BIN_DIR" go install "$EG_MODULE/cmd/egctl@$EG_VERSION"
-fi
+for cmd in egctl envoy-gateway; do
+  if ! have_bin "$cmd"; then
+    log "installing $cmd $EG_VERSION into $BIN_DIR (first run builds it; this takes a while)"
+    mkdir -p "$BIN_DIR"
+    GOBIN="$BIN_DIR" go install "$EG_MODULE/cmd/$cmd@$EG_VERSION"
+  fi
+done
 
 if [ ! -f "$CRD_DIR/gateway.envoyproxy.io_envoyproxies.yaml" ]; then
   src=$(cd /tmp && go mod download -json "$EG_MODULE@$EG_VERSION" | node -e 'let s="";process.stdin.on("data",d=>s+=d).on("end",()=>console.log(JSON.parse(s).Dir))')

@@ -52,7 +52,12 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- .Values.config.gateway.address }}
 {{- else }}
 {{- $i := .Values.gateways.internal }}
+{{- if eq .Values.gateways.provider "istio" }}
+{{- /* Istio names a Gateway's Service <gateway>-<class>, in the Gateway's namespace. */}}
+{{- printf "http://%s-%s.%s.svc.cluster.local:%v" $i.name .Values.gateways.istio.className .Release.Namespace $i.port }}
+{{- else }}
 {{- printf "http://%s.%s.svc.cluster.local:%v" $i.serviceName (default .Release.Namespace $i.proxyNamespace) $i.port }}
+{{- end }}
 {{- end }}
 {{- end }}
 

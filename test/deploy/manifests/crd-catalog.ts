@@ -86,7 +86,8 @@ export class CrdCatalog {
   private readonly validators = new Map<string, ValidateFunction>();
   // Formats (int32, date-time, ...) are the API server's business; CEL rules (x-kubernetes-validations)
   // cannot be evaluated here. Everything else in the schema is enforced.
-  private readonly ajv = new Ajv({ strict: false, allErrors: true, validateFormats: false, logger: false });
+  // CRD patterns are Go RE2, which allows identity escapes (`\-`, `\"`) that JavaScript's unicode mode refuses.
+  private readonly ajv = new Ajv({ strict: false, allErrors: true, validateFormats: false, logger: false, unicodeRegExp: false });
 
   /** Reads every CRD in the folders that exist; the first folder holding a kind wins. */
   static load(dirs: readonly string[]): CrdCatalog {
@@ -134,12 +135,29 @@ export class CrdCatalog {
     const key = `${crd.group}/${crd.version}:${crd.kind}`;
     let validate = this.validators.get(key);
     if (!validate) {
-      validate = this.ajv.compile(closeStructuralObjects(crd.schema) as Schema);
+      validate = this.ajv.compile(closeStructuralObjects(withObjectMeta(crd.schema)) as Schema);
       this.validators.set(key, validate);
     }
     if (validate(obj)) return [];
     return (validate.errors ?? []).map(describeError);
   }
+}
+
+/**
+ * Every object has apiVersion, kind and metadata, whether or not its CRD declares them (Istio's
+ * declare only spec and status); the API server checks metadata itself.
+ */
+function withObjectMeta(schema: Schema): Schema {
+  const props = isSchemaObject(schema['properties']) ? schema['properties'] : {};
+  return {
+    ...schema,
+    properties: {
+      apiVersion: { type: 'string' },
+      kind: { type: 'string' },
+      metadata: { type: 'object', 'x-kubernetes-preserve-unknown-fields': true },
+      ...props,
+    },
+  };
 }
 
 function describeError(e: ErrorObject): string {
