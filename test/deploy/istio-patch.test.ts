@@ -17,7 +17,7 @@ import { spawnSync } from 'node:child_process';
 import yaml from 'js-yaml';
 import { request } from 'undici';
 import { at, sseData, TestClient } from '../../launch/client';
-import { REFUSED_PATH_BODY } from '../../launch/path-policy';
+import { REFUSED_PATH_BODY } from '../../src/pipeline/path-policy';
 import { AccessLog } from '../support/access-log';
 import { countStatuses } from '../faults/support/load';
 import { startCustomStack, type CustomStack } from '../faults/support/custom-stack';
