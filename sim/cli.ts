@@ -15,7 +15,7 @@ import type { SimMode, SimRole, SimulatorOptions } from './types';
 
 const USAGE = `usage: sim/cli.ts --port N --name NAME [--role ${ROLES.join('|')}] [--mode ${MODES.join('|')}]
        [--inter-token-latency-ms N] [--time-to-first-token-ms N] [--max-body-bytes N] [--host 127.0.0.1]
-       [--honour-prefer-if-available true|false] [--prefix-tokens N]`;
+       [--honour-prefer-if-available true|false] [--prefix-tokens N] [--responses-render true|false]`;
 
 const FLAGS = new Set([
   'port',
@@ -28,7 +28,13 @@ const FLAGS = new Set([
   'host',
   'honour-prefer-if-available',
   'prefix-tokens',
+  'responses-render',
 ]);
+
+function boolArg(flag: string, value: string): boolean {
+  if (value !== 'true' && value !== 'false') throw new SimulatorConfigError(`--${flag} must be true or false`);
+  return value === 'true';
+}
 
 function intArg(flag: string, value: string): number {
   if (!/^\d{1,10}$/.test(value)) throw new SimulatorConfigError(`--${flag} must be a non-negative integer`);
@@ -68,12 +74,11 @@ export function parseArgs(argv: readonly string[]): SimulatorOptions {
   const maxBody = values.get('max-body-bytes');
   if (maxBody !== undefined) opts.maxBodyBytes = intArg('max-body-bytes', maxBody);
   const honour = values.get('honour-prefer-if-available');
-  if (honour !== undefined) {
-    if (honour !== 'true' && honour !== 'false') throw new SimulatorConfigError('--honour-prefer-if-available must be true or false');
-    opts.honourPreferIfAvailable = honour === 'true';
-  }
+  if (honour !== undefined) opts.honourPreferIfAvailable = boolArg('honour-prefer-if-available', honour);
   const prefixTokens = values.get('prefix-tokens');
   if (prefixTokens !== undefined) opts.prefixTokens = intArg('prefix-tokens', prefixTokens);
+  const responsesRender = values.get('responses-render');
+  if (responsesRender !== undefined) opts.responsesRender = boolArg('responses-render', responsesRender);
   return opts;
 }
 

@@ -26,6 +26,7 @@ export interface SimulatorSettings {
   readonly maxRecordedBytes: number;
   readonly honourPreferIfAvailable: boolean;
   readonly prefixTokens: number;
+  readonly responsesRender: boolean;
 }
 
 function int(value: number | undefined, fallback: number, min: number, max: number, key: string): number {
@@ -67,5 +68,6 @@ export function resolveOptions(opts: SimulatorOptions): SimulatorSettings {
     maxRecordedBytes: int(opts.maxRecordedBytes, 256 * 1024 * 1024, 0, MAX_MAX_BODY_BYTES, 'maxRecordedBytes'),
     honourPreferIfAvailable: bool(opts.honourPreferIfAvailable, false, 'honourPreferIfAvailable'),
     prefixTokens: int(opts.prefixTokens, DEFAULT_PREFIX_TOKENS, 1, MAX_PREFIX_TOKENS, 'prefixTokens'),
+    responsesRender: bool(opts.responsesRender, false, 'responsesRender'),
   };
 }

@@ -1,5 +1,6 @@
 /**
- * `/v1/responses` and `/v1/responses/render` (OpenAI Responses API): the request
+ * `/v1/responses` and, with the `responsesRender` option only, `/v1/responses/render` (which
+ * llm-d-inference-sim and vLLM's render service lack) (OpenAI Responses API): the request
  * is read as the chat request it stands for (its `input` as messages), generated and rendered as
  * chat, and answered in the Responses shape:
  * - non-streaming: `{"id":"resp-<rid>","object":"response","created_at","model","status":"completed",

@@ -41,7 +41,7 @@ const METRICS_TEXT = Buffer.from(
 function metricsReply(): Reply {
   return { kind: 'buffered', status: 200, headers: { 'content-type': 'text/plain; version=0.0.4' }, body: METRICS_TEXT, delayMs: 0 };
 }
-const RENDER_PATHS = new Set(['/v1/chat/completions/render', '/v1/completions/render', RESPONSES_RENDER_PATH]);
+const RENDER_PATHS = new Set(['/v1/chat/completions/render', '/v1/completions/render']);
 
 const MAX_MODELS_SEEN = 64;
 const MAX_MODEL_CHARS = 256;
@@ -293,7 +293,12 @@ class SimulatorServer implements Simulator {
 
   private route(method: string, path: string, body: Buffer, json: unknown, requestId: string): Reply {
     const endpoint = COMPLETION_PATHS[path];
-    const known = endpoint !== undefined || path === RESPONSES_PATH || RENDER_PATHS.has(path) || GET_PATHS.has(path);
+    const known =
+      endpoint !== undefined ||
+      path === RESPONSES_PATH ||
+      RENDER_PATHS.has(path) ||
+      GET_PATHS.has(path) ||
+      (path === RESPONSES_RENDER_PATH && this.settings.responsesRender);
     if (!known) throw new HttpError(404, `no route for ${path}`);
     if (GET_PATHS.has(path)) {
       if (method !== 'GET') throw new HttpError(405, `${method} not allowed on ${path}`);

@@ -32,6 +32,11 @@ export interface SimulatorOptions {
   honourPreferIfAvailable?: boolean;
   /** Prompt tokens that make up "the prefix" for the gate above. Default 16. */
   prefixTokens?: number;
+  /**
+   * Serve `POST /v1/responses/render`, for tests of the render step's native Responses route.
+   * Default false: llm-d-inference-sim and vLLM's render service have no such route (404).
+   */
+  responsesRender?: boolean;
 }
 
 export interface RecordedRequest {

@@ -69,7 +69,7 @@ export const STEPS: readonly StepSpec[] = [
   },
   {
     type: 'render',
-    doc: 'Tokenizes once: chat, Responses (`/v1/responses/render`) and completions-string prompts go to the render service, called directly (not through the gateway).',
+    doc: 'Tokenizes once: chat, Responses and completions-string prompts go to the render service, called directly (not through the gateway).',
     params: [
       { name: 'address', type: 'string (URL)', default: '""', doc: 'Base URL of the render service. Needed for chat and string prompts; an empty address fails those requests with 502.' },
       { name: 'timeout', type: 'duration', default: '30s', doc: 'Total time per render call.' },
@@ -77,6 +77,7 @@ export const STEPS: readonly StepSpec[] = [
       { name: 'idle_conn_timeout', type: 'duration', default: '90s', doc: 'How long an idle render connection is kept.' },
       { name: 'max_total_tokens', type: 'int >= 0', default: '0', doc: 'Most prompt tokens (0 = no limit); more is a 400.' },
       { name: 'max_total_placeholder_tokens', type: 'int >= 0', default: '0', doc: 'Most multimodal placeholder tokens in a chat request (0 = no limit); more is a 400.' },
+      { name: 'responses_via', type: 'enum: auto, chat, native', default: 'auto', doc: 'How a `/v1/responses` request is rendered. `native`: at `/v1/responses/render`. `chat`: at `/v1/chat/completions/render`, as the chat request it stands for (`instructions` a system message, input items chat messages, as vLLM maps them; docs/responses-api.md). `auto`: native first; a 404 there (llm-d-inference-sim and vLLM\'s render service have no Responses route) falls back to chat, and the address goes straight to chat from then on.' },
     ],
   },
   {

@@ -3,12 +3,15 @@
  *
  * Chat and completions-string requests are tokenised by the render service at the step's own
  * `address`; a completions token array and a tokens-in generate request are validated locally.
+ * A Responses request is rendered at `/v1/responses/render` or, as the chat request it stands for,
+ * at `/v1/chat/completions/render` (`responses_via`): real render services have only the latter.
  */
 import type { JsonObject, MultimodalEntry, RequestContext } from '../pipeline/context';
 import { BadRequestError, UpstreamError, UpstreamInvalidError } from '../pipeline/errors';
 import { ParamReader } from '../pipeline/params';
 import type { Step, StepDeps, StepFactory, StepParams } from '../pipeline/step';
-import type { SideCallClient } from '../pipeline/side-call';
+import type { SideCallClient, SideCallResponse } from '../pipeline/side-call';
+import { ChatRouteMemo } from './chat-route-memo';
 import {
   CHAT_COMPLETIONS_PATH,
   COMPLETIONS_PATH,
@@ -22,12 +25,17 @@ import {
   extractTokenIds,
   isJsonObject,
   jsonTypeName,
+  responsesAsChatRender,
   toTokenIds,
   validatePlaceholderBounds,
   validateSamplingParams,
 } from './wire';
 
 export const RENDER_STEP = 'render';
+
+/** How a Responses request is rendered: its own route, the chat route, or the first that exists. */
+export type ResponsesVia = 'chat' | 'native' | 'auto';
+export const RESPONSES_VIA: readonly ResponsesVia[] = ['auto', 'chat', 'native'];
 
 /** Go's http.Transport keeps this many idle connections per host when the setting is 0. */
 const GO_DEFAULT_MAX_IDLE_CONNS_PER_HOST = 2;
@@ -41,6 +49,7 @@ export interface RenderConfig {
   readonly maxTotalTokens: number;
   /** 0 = unlimited. */
   readonly maxTotalPlaceholderTokens: number;
+  readonly responsesVia: ResponsesVia;
 }
 
 /** Reads and validates the render params (defaults as upstream). Throws ConfigError. */
@@ -53,11 +62,14 @@ export function readRenderConfig(params: StepParams): RenderConfig {
     address: p.string('address', ''),
     maxTotalTokens: p.int('max_total_tokens', 0, { min: 0 }),
     maxTotalPlaceholderTokens: p.int('max_total_placeholder_tokens', 0, { min: 0 }),
+    responsesVia: p.oneOf('responses_via', 'auto', RESPONSES_VIA),
   };
 }
 
 class RenderStep implements Step {
   readonly type = RENDER_STEP;
+  /** `responses_via: auto`: the addresses whose Responses route answered 404. */
+  private readonly chatRoutes = new ChatRouteMemo();
 
   constructor(
     private readonly cfg: RenderConfig,
@@ -70,9 +82,8 @@ class RenderStep implements Step {
     const path = ctx.originalPath;
     if (path === GENERATE_PATH) return this.generate(ctx);
     if (path.includes(COMPLETIONS_PATH)) return this.completions(ctx);
-    if (path.includes(CHAT_COMPLETIONS_PATH)) return this.chat(ctx, CHAT_COMPLETIONS_PATH);
-    // Responses: `<render>/v1/responses/render`, answered in the chat render shape.
-    if (path.includes(RESPONSES_PATH)) return this.chat(ctx, RESPONSES_PATH);
+    if (path.includes(CHAT_COMPLETIONS_PATH)) return this.chat(ctx, await this.post(ctx, CHAT_COMPLETIONS_PATH, ctx.body));
+    if (path.includes(RESPONSES_PATH)) return this.responses(ctx);
     ctx.log.info({ step: RENDER_STEP, path }, 'skipping render step');
   }
 
@@ -127,8 +138,34 @@ class RenderStep implements Step {
     throw new BadRequestError(`invalid prompt array element: ${jsonTypeName(first)}`);
   }
 
-  private async chat(ctx: RequestContext, basePath: string): Promise<void> {
-    const res = decodeChatRenderResponse(await this.post(ctx, basePath));
+  /**
+   * Both routes answer in the chat render shape. With `auto`, a 404 from the Responses route (the
+   * route is missing) is answered by the chat route, and an address where that worked goes
+   * straight to it from then on. Any other failure is the request's answer, as for chat.
+   */
+  private async responses(ctx: RequestContext): Promise<void> {
+    const via = this.cfg.responsesVia;
+    const address = this.cfg.address;
+    if (via === 'native' || (via === 'auto' && !this.chatRoutes.usesChat(address))) {
+      const res = await this.call(ctx, RESPONSES_PATH, ctx.body);
+      if (res.status === 200) return this.chat(ctx, res.body);
+      if (via === 'native' || res.status !== 404) throw new UpstreamError(RENDER_STEP, res.status, res.body.toString('utf8'));
+      ctx.log.debug({ step: RENDER_STEP, address }, 'no Responses render route; rendering through the chat route');
+    }
+    const answer = await this.post(ctx, CHAT_COMPLETIONS_PATH, responsesAsChatRender(ctx.body));
+    if (via === 'auto' && !this.chatRoutes.usesChat(address)) {
+      this.chatRoutes.rememberChat(address);
+      ctx.log.info(
+        { step: RENDER_STEP, address },
+        'render service has no Responses route: Responses requests now render through the chat route',
+      );
+    }
+    this.chat(ctx, answer);
+  }
+
+  /** Takes a chat render answer: the token ids, and the features of the images replace-media-urls found. */
+  private chat(ctx: RequestContext, answer: Buffer): void {
+    const res = decodeChatRenderResponse(answer);
     ctx.tokenIds = res.tokenIds;
     this.checkTokenLimit(res.tokenIds?.length ?? 0);
 
@@ -152,23 +189,29 @@ class RenderStep implements Step {
     ctx.log.debug({ step: RENDER_STEP, token_ids_len: res.tokenIds?.length ?? 0, images: expected }, 'complete');
   }
 
-  /** POSTs the current body to `<address><basePath>/render`; returns the 200 body. */
-  private async post(ctx: RequestContext, basePath: string): Promise<Buffer> {
+  /** POSTs `body` to `<address><basePath>/render`; returns the 200 body. */
+  private async post(ctx: RequestContext, basePath: string, body: JsonObject = ctx.body): Promise<Buffer> {
+    const res = await this.call(ctx, basePath, body);
+    if (res.status !== 200) throw new UpstreamError(RENDER_STEP, res.status, res.body.toString('utf8'));
+    return res.body;
+  }
+
+  /** POSTs `body` to `<address><basePath>/render`; any status is returned (a 200's headers are taken). */
+  private async call(ctx: RequestContext, basePath: string, body: JsonObject): Promise<SideCallResponse> {
     if (!this.client) throw new Error(this.fault);
     // No epp-profile and no stamped request id: the render service is not behind the EPP, and
     // upstream sends it only the client's own headers.
     const headers = ctx.forwardedHeaders();
     headers[HEADER_CONTENT_TYPE] = CONTENT_TYPE_JSON;
-    const res = await this.client.post(`${basePath}/render`, headers, ctx.serialize(ctx.body), {
+    const res = await this.client.post(`${basePath}/render`, headers, ctx.serialize(body), {
       step: RENDER_STEP,
       signal: ctx.signal,
       totalTimeoutMs: this.cfg.timeoutMs,
       okStatuses: [200],
       log: ctx.log,
     });
-    if (res.status !== 200) throw new UpstreamError(RENDER_STEP, res.status, res.body.toString('utf8'));
-    ctx.captureResponseHeaders(res.headers);
-    return res.body;
+    if (res.status === 200) ctx.captureResponseHeaders(res.headers);
+    return res;
   }
 
   private checkTokenLimit(count: number): void {

@@ -11,3 +11,4 @@ export * from './headers';
 export * from './image-uuids';
 export * from './prefill-body';
 export * from './responses-input';
+export * from './responses-chat';
