@@ -171,7 +171,8 @@ export function eppStackCoordinatorConfig(o: {
   return `# Written by launch/epp-stack.ts for this run.\n${yaml.dump(doc, { lineWidth: 120 })}`;
 }
 
-function simArgv(role: WorkerRole | 'render', port: number, extra: readonly string[]): string[] {
+/** llm-d-inference-sim's flags for one worker of the topology (render: a plain echo worker, no request log). */
+export function simArgv(role: WorkerRole | 'render', port: number, extra: readonly string[]): string[] {
   const common = [
     `--model=${EPP_STACK_MODEL}`,
     '--force-dummy-tokenizer',

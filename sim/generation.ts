@@ -147,7 +147,7 @@ export function generate(endpoint: Endpoint, body: JsonObject, httpRequestId: st
 
   const promptTokens =
     endpoint === 'chat'
-      ? renderChat(body, '').token_ids.length
+      ? renderChat(body).token_ids.length
       : endpoint === 'completions'
         ? completionPromptTokens(body.prompt)
         : (promptIds as number[]).length;

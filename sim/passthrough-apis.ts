@@ -33,7 +33,7 @@ export function tokenizeReply(body: JsonObject): JsonObject {
   if (body.prompt !== undefined && typeof body.prompt !== 'string') {
     throw new HttpError(400, 'Failed to read and parse tokenize request body, prompt must be a string');
   }
-  const tokens = hasPrompt ? textIds(body.prompt as string) : renderChat({ messages: body.messages ?? [] }, '').token_ids;
+  const tokens = hasPrompt ? textIds(body.prompt as string) : renderChat({ messages: body.messages ?? [] }).token_ids;
   return { max_model_len: MAX_MODEL_LEN, count: tokens.length, tokens, token_strs: null };
 }
 

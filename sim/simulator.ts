@@ -13,7 +13,7 @@ import { FaultTable } from './faults';
 import { RESPONSES_PATH, RESPONSES_RENDER_PATH, responsesAsChat, responsesReply } from './responses-api';
 import { Endpoint, generate } from './generation';
 import { parseJson, readBody } from './http-body';
-import { EMBEDDINGS_PATH, embeddingsReply, TOKENIZE_PATH, tokenizeReply } from './passthrough-apis';
+import { EMBEDDINGS_PATH, embeddingsReply, MAX_MODEL_LEN, TOKENIZE_PATH, tokenizeReply } from './passthrough-apis';
 import { resolveOptions, SimulatorSettings } from './options';
 import { PREFIX_MISS_BODY, PrefixCache, prefersIfAvailable, prefixKey } from './prefix-cache';
 import { Recorder } from './recorder';
@@ -70,6 +70,11 @@ function faultReply(rule: FaultRule & { status: number }): Reply {
     body: Buffer.from(rule.body),
     delayMs: 0,
   };
+}
+
+/** What llm-d-inference-sim's router (fasthttprouter) answers for a path or method it has no route for. */
+function routerReply(status: 404 | 405, text: string): Reply {
+  return { kind: 'buffered', status, headers: { 'content-type': 'text/plain; charset=utf-8' }, body: Buffer.from(text), delayMs: 0 };
 }
 
 /** The EPP's conditional-decode miss, as Envoy relays its ImmediateResponse. */
@@ -319,23 +324,24 @@ class SimulatorServer implements Simulator {
       // llm-d-inference-sim registers no embeddings route with --mm-encoder-only.
       (path === EMBEDDINGS_PATH && this.settings.role !== 'encode') ||
       (path === RESPONSES_RENDER_PATH && this.settings.responsesRender);
-    if (!known) throw new HttpError(404, `no route for ${path}`);
+    if (!known) return routerReply(404, 'Not Found');
     if (GET_PATHS.has(path)) {
-      if (method !== 'GET') throw new HttpError(405, `${method} not allowed on ${path}`);
+      if (method !== 'GET') return routerReply(405, 'Method Not Allowed');
       if (path === '/metrics') return metricsReply();
       return path === '/v1/models' ? jsonReply(200, this.models()) : jsonReply(200, {});
     }
-    if (method !== 'POST') throw new HttpError(405, `${method} not allowed on ${path}`);
+    if (method !== 'POST') return routerReply(405, 'Method Not Allowed');
     if (body.length > 0 && json === undefined) throw new HttpError(400, 'Invalid JSON body');
     const request = requireObjectBody(json);
-    if (path === '/v1/chat/completions/render') return jsonReply(200, renderChat(request, requestId));
-    if (path === '/v1/completions/render') return jsonReply(200, renderCompletions(request, requestId));
-    if (path === RESPONSES_RENDER_PATH) return jsonReply(200, renderChat(responsesAsChat(request), requestId));
+    if (path === '/v1/chat/completions/render') return jsonReply(200, renderChat(request));
+    if (path === '/v1/completions/render') return jsonReply(200, renderCompletions(request));
+    if (path === RESPONSES_RENDER_PATH) return jsonReply(200, renderChat(responsesAsChat(request)));
     if (path === TOKENIZE_PATH) return jsonReply(200, tokenizeReply(request));
     if (path === EMBEDDINGS_PATH) return jsonReply(200, embeddingsReply(request));
     if (path === RESPONSES_PATH) {
       this.noteModel(request.model);
-      return responsesReply(generate('chat', responsesAsChat(request), requestId, this.settings), requestId, this.settings);
+      const gen = generate('chat', responsesAsChat(request), requestId, this.settings);
+      return responsesReply(gen, request.instructions, requestId, this.settings);
     }
     this.noteModel(request.model);
     const gen = generate(endpoint, request, requestId, this.settings);
@@ -352,7 +358,7 @@ class SimulatorServer implements Simulator {
     const created = Math.floor(Date.now() / 1000);
     return {
       object: 'list',
-      data: names.map((id) => ({ id, object: 'model', created, owned_by: 'epd-sim', root: id, parent: null })),
+      data: names.map((id) => ({ id, object: 'model', created, owned_by: 'vllm', root: id, parent: null, max_model_len: MAX_MODEL_LEN })),
     };
   }
 }

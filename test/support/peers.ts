@@ -11,11 +11,11 @@ import { sleep } from '../../launch/ports';
 export const PEER_BINARIES = ['llm-d-inference-sim', 'epp', 'coordinator', 'llm-d-async'] as const;
 export type PeerBinary = (typeof PEER_BINARIES)[number];
 
-/** Why the real-peer suites cannot run here, or undefined when they can. */
-export function peersSkipReason(): string | undefined {
+/** Why a real-peer suite that runs `needed` cannot run here, or undefined when it can. */
+export function peersSkipReason(needed: readonly PeerBinary[] = PEER_BINARIES): string | undefined {
   const dir = process.env['PEERS_BIN'];
   if (!dir) return 'PEERS_BIN is unset';
-  const missing = PEER_BINARIES.filter((b) => {
+  const missing = needed.filter((b) => {
     try {
       accessSync(join(dir, b), constants.X_OK);
       return false;
