@@ -31,6 +31,7 @@ const leg = (r: SimHttpRequest): WorkerLeg => ({ path: r.uri.split('?', 1)[0]!, 
 suite(`OpenAI SDK against the real peers (Envoy + llm-d EPP + llm-d-inference-sim)${skip ? ` (skipped: ${skip})` : ''}`, () => {
   let dir: string;
   let stack: EppStack;
+  let exited: string | undefined;
 
   beforeAll(async () => {
     dir = mkdtempSync(join(tmpdir(), 'epd-peers-sdk-'));
@@ -42,6 +43,7 @@ suite(`OpenAI SDK against the real peers (Envoy + llm-d EPP + llm-d-inference-si
       simBin: peerBin('llm-d-inference-sim'),
       readyTimeoutMs: 90_000,
     });
+    void stack.firstExit.then((name) => (exited ??= name));
   }, 180_000);
 
   afterAll(async () => {
@@ -86,4 +88,8 @@ suite(`OpenAI SDK against the real peers (Envoy + llm-d EPP + llm-d-inference-si
   });
 
   defineOpenAiConformanceCases(target);
+
+  it('no peer process exited during the run', () => {
+    expect(exited).toBeUndefined();
+  });
 });
