@@ -181,7 +181,8 @@ export function simArgv(role: WorkerRole | 'render', port: number, extra: readon
     `--port=${port}`,
     '--seed=42',
   ];
-  if (role === 'render') return [...common, '--mode=echo'];
+  // The render service logs its requests too, so a suite can see which render route a request used.
+  if (role === 'render') return [...common, '--mode=echo', '--log-http'];
   const logged = [...common, '--log-http', '--enable-request-id-headers', ...extra];
   if (role === 'encode') return [...logged, '--mm-encoder-only', '--no-enable-prefix-caching'];
   if (role === 'decode') return [...logged, '--mode=echo', '--enable-kvcache=false', '--kv-cache-size=1024', '--block-size=16'];

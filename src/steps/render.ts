@@ -152,7 +152,11 @@ class RenderStep implements Step {
       if (via === 'native' || res.status !== 404) throw new UpstreamError(RENDER_STEP, res.status, res.body.toString('utf8'));
       ctx.log.debug({ step: RENDER_STEP, address }, 'no Responses render route; rendering through the chat route');
     }
-    const answer = await this.post(ctx, CHAT_COMPLETIONS_PATH, responsesAsChatRender(ctx.body));
+    const answer = await this.post(
+      ctx,
+      CHAT_COMPLETIONS_PATH,
+      responsesAsChatRender(ctx.body, (s) => ctx.text(s)),
+    );
     if (via === 'auto' && !this.chatRoutes.usesChat(address)) {
       this.chatRoutes.rememberChat(address);
       ctx.log.info(

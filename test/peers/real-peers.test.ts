@@ -27,7 +27,7 @@ import {
   simRequestsMatching,
   type SimHttpRequest,
 } from '../support/peers';
-import { uniqueImage } from '../support/png';
+import { uniqueImage } from '../support/unique-image';
 
 const skip = peersSkipReason();
 const suite = skip ? describe.skip : describe;

@@ -19,7 +19,7 @@ import { freePort, waitUntil } from '../../launch/ports';
 import { startChild, type Child } from '../../launch/supervise';
 import { startSimulator, type Simulator } from '../../sim/simulator';
 import { peerBin, peersSkipReason } from '../support/peers';
-import { uniqueImage } from '../support/png';
+import { uniqueImage } from '../support/unique-image';
 import { answerShape, type AnswerShape } from '../support/shape';
 
 const skip = peersSkipReason(['llm-d-inference-sim']);

@@ -8,7 +8,7 @@
  * request id) and, where the target can tell, what the workers received.
  */
 import OpenAI, { APIError, BadRequestError, InternalServerError, NotFoundError, RateLimitError } from 'openai';
-import { uniqueImage } from './png';
+import { uniqueImage } from './unique-image';
 
 export type WorkerRole = 'encode' | 'prefill' | 'decode';
 

@@ -11,7 +11,7 @@ import { sleep } from '../../launch/ports';
 export const PEER_BINARIES = ['llm-d-inference-sim', 'epp', 'coordinator', 'llm-d-async'] as const;
 export type PeerBinary = (typeof PEER_BINARIES)[number];
 
-/** Why a real-peer suite that runs `needed` cannot run here, or undefined when it can. */
+/** Why a real-peer suite needing `needed` cannot run here, or undefined when it can. */
 export function peersSkipReason(needed: readonly PeerBinary[] = PEER_BINARIES): string | undefined {
   const dir = process.env['PEERS_BIN'];
   if (!dir) return 'PEERS_BIN is unset';

@@ -9,7 +9,7 @@
  * - `instructions` → a leading `system` message; a string `input` → one `user` message;
  * - a message item → its role and content, with Responses parts as chat parts (`input_text` and
  *   `output_text` → `text`, `input_image` → `image_url`; any other part as it came, for the render
- *   service to judge);
+ *   service to judge); an assistant turn's content is its first part's text, as vLLM keeps it;
  * - `function_call` (and `custom_tool_call`) → an assistant `tool_calls` entry, merged into the
  *   assistant message just before it; `function_call_output` (and `custom_tool_call_output`) → a
  *   `tool` message; `reasoning` → the assistant's `reasoning`;
@@ -25,6 +25,8 @@ import { isJsonObject } from './json';
 import { RESPONSES_IMAGE_PART } from './responses-input';
 
 type Message = JsonObject;
+/** The real content of a body string (a big one may be a placeholder: RequestContext.text). */
+type TextOf = (s: string) => string;
 
 /** One Responses content part as a chat part. */
 function chatPart(part: unknown): unknown {
@@ -56,10 +58,11 @@ function toolOutput(item: JsonObject, at: string): unknown {
   });
 }
 
-function toolCall(item: JsonObject): JsonObject {
+function toolCall(item: JsonObject, text: TextOf): JsonObject {
   const custom = item['type'] === 'custom_tool_call';
   // A custom (freeform) tool's input rides as JSON arguments `{"input": ...}`, as vLLM sends it.
-  const args = custom ? JSON.stringify({ input: item['input'] }) : item['arguments'];
+  const input = item['input'];
+  const args = custom ? JSON.stringify({ input: typeof input === 'string' ? text(input) : input }) : item['arguments'];
   return { id: item['call_id'], type: 'function', function: { name: item['name'], arguments: args } };
 }
 
@@ -73,11 +76,18 @@ function reasoningText(item: JsonObject, at: string): unknown {
   return '';
 }
 
+/** An assistant turn's text: vLLM keeps the first part's text only, as a string. */
+function assistantText(content: unknown): unknown {
+  if (!Array.isArray(content) || content.length === 0) return content;
+  const first: unknown = content[0];
+  return isJsonObject(first) && typeof first['text'] === 'string' ? first['text'] : content.map(chatPart);
+}
+
 const isMessageItem = (item: JsonObject): boolean =>
   item['type'] === 'message' || (item['type'] === undefined && typeof item['role'] === 'string');
 
 /** Adds one input item: a new chat message, or a merge into the assistant message before it. */
-function addItem(messages: Message[], item: unknown, at: string): void {
+function addItem(messages: Message[], item: unknown, at: string, text: TextOf): void {
   if (!isJsonObject(item)) {
     messages.push(item as Message);
     return;
@@ -86,7 +96,7 @@ function addItem(messages: Message[], item: unknown, at: string): void {
   const prevAssistant = isJsonObject(prev) && prev['role'] === 'assistant' ? prev : undefined;
   const type = item['type'];
   if (type === 'function_call' || type === 'custom_tool_call') {
-    const call = toolCall(item);
+    const call = toolCall(item, text);
     const calls = prevAssistant?.['tool_calls'];
     if (prevAssistant && (calls === undefined || Array.isArray(calls))) {
       prevAssistant['tool_calls'] = [...((calls as unknown[] | undefined) ?? []), call];
@@ -104,7 +114,7 @@ function addItem(messages: Message[], item: unknown, at: string): void {
     return;
   }
   if (isMessageItem(item)) {
-    const content = chatContent(item['content']);
+    const content = item['role'] === 'assistant' ? assistantText(item['content']) : chatContent(item['content']);
     // An assistant turn completes the tool calls or reasoning just before it, as in vLLM.
     if (item['role'] === 'assistant' && prevAssistant && prevAssistant['content'] === undefined) {
       prevAssistant['content'] = content;
@@ -138,13 +148,13 @@ function chatTools(body: JsonObject): { tools?: unknown[]; tool_choice?: unknown
 }
 
 /** The chat render body for a Responses body. Never mutates `body`. */
-export function responsesAsChatRender(body: JsonObject): JsonObject {
+export function responsesAsChatRender(body: JsonObject, text: TextOf = (s) => s): JsonObject {
   const messages: Message[] = [];
   const instructions = body['instructions'];
   if (typeof instructions === 'string' && instructions !== '') messages.push({ role: 'system', content: instructions });
   const input = body['input'];
   if (typeof input === 'string') messages.push({ role: 'user', content: input });
-  else if (Array.isArray(input)) input.forEach((item, i) => addItem(messages, item, `input[${i}]`));
+  else if (Array.isArray(input)) input.forEach((item, i) => addItem(messages, item, `input[${i}]`, text));
   const chat: JsonObject = { model: body['model'], messages, ...chatTools(body) };
   if (typeof body['max_output_tokens'] === 'number') chat['max_tokens'] = body['max_output_tokens'];
   return chat;

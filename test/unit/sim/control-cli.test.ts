@@ -69,6 +69,10 @@ describe('simulator: CLI', () => {
     expect(() => parseArgs(['--port', '-1', '--name', 'a'])).toThrow(/--port/);
     expect(() => parseArgs(['--name', 'a'])).toThrow(/required/);
     expect(() => parseArgs(['--port', '1', '--name', 'a', '--host', '0.0.0.0'])).toThrow(/127\.0\.0\.1/);
+    expect(parseArgs(['--port', '1', '--name', 'a', '--responses-render', 'true'])).toMatchObject({ responsesRender: true });
+    expect(() => parseArgs(['--port', '1', '--name', 'a', '--responses-render', 'yes'])).toThrow(
+      /--responses-render must be true or false/,
+    );
   });
 
   it('starts, prints its URL, serves, and exits 0 on SIGTERM', async () => {

@@ -162,3 +162,59 @@ describe('simulator: encode role', () => {
     expect(body.ec_transfer_params).toBeUndefined();
   });
 });
+
+describe('simulator: the Responses render route, as real render services have it', () => {
+  const responses = {
+    model: 'm',
+    instructions: 'You describe images.',
+    input: [
+      {
+        role: 'user',
+        content: [
+          { type: 'input_text', text: 'Compare these:' },
+          { type: 'input_image', image_url: IMG_A },
+        ],
+      },
+    ],
+  };
+
+  it('is absent by default (404), as in llm-d-inference-sim and vLLM; the chat render route answers', async () => {
+    const sim = await startSimulator({ name: 'sim-render-0', role: 'render' });
+    try {
+      const res = await postJson(`${sim.url}/v1/responses/render`, responses);
+      expect(res.status).toBe(404);
+      await res.arrayBuffer();
+      const chat = await postJson(`${sim.url}/v1/chat/completions/render`, { model: 'm', messages: [{ role: 'user', content: 'hi' }] });
+      expect(chat.status).toBe(200);
+      await chat.arrayBuffer();
+    } finally {
+      await sim.close();
+    }
+  });
+
+  it('with responsesRender, answers in the chat render shape, as the chat request it stands for', async () => {
+    const sim = await startSimulator({ name: 'sim-render-0', role: 'render', responsesRender: true });
+    try {
+      const res = await postJson(`${sim.url}/v1/responses/render`, responses);
+      expect(res.status).toBe(200);
+      const body = await readJson(res);
+      expect(body.features.mm_hashes.image).toHaveLength(1);
+      const chat = await postJson(`${sim.url}/v1/chat/completions/render`, {
+        model: 'm',
+        messages: [
+          { role: 'system', content: 'You describe images.' },
+          {
+            role: 'user',
+            content: [
+              { type: 'text', text: 'Compare these:' },
+              { type: 'image_url', image_url: { url: IMG_A } },
+            ],
+          },
+        ],
+      });
+      expect((await readJson(chat)).token_ids).toEqual(body.token_ids);
+    } finally {
+      await sim.close();
+    }
+  });
+});

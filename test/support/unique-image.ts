@@ -1,12 +1,11 @@
-/** Small PNG images for requests that carry pictures (as data URLs). */
+/** Test images for the real-peer suites. */
 import { crc32, deflateSync } from 'node:zlib';
-
-let colour = 0x203040;
 
 /**
  * A distinct 64x64 solid-colour PNG per call, as a data URI. Distinct on purpose: the EPP's prefix
  * index would otherwise serve a later request with the same image as a conditional-decode hit.
  */
+let colour = 0x203040;
 export function uniqueImage(): string {
   const rgb = (colour += 0x0b0d07) & 0xffffff;
   const chunk = (type: string, data: Buffer): Buffer => {
