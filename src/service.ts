@@ -7,6 +7,7 @@ import { buildPipeline } from './pipeline/builder';
 import { PipelineHandler } from './pipeline/handler';
 import { parseForwardResponseHeaders } from './pipeline/response-headers';
 import { ConfigError } from './config/errors';
+import { requestLimits } from './pipeline/request-limits';
 import { ASYNC_PROCESSOR_ORIGIN, headerPolicy, HeaderPolicyError, type HeaderPolicy } from './pipeline/header-policy';
 import { combineObservers } from './pipeline/observer';
 import { StepRegistry } from './pipeline/registry';
@@ -140,6 +141,7 @@ export async function startService(config: AppConfig, opts: ServiceOptions = {})
       observer: combineObservers([metrics, tracing].filter((o) => o !== undefined)),
       headerPolicy: policy,
       admit: coverage.admit,
+      requestLimits: requestLimits(config.pipeline.requestLimits),
     });
     const health = new HealthService({ checks, dependencies, intervalMs: opts.readinessIntervalMs, log });
     cleanups.push(async () => health.stopPolling());

@@ -57,6 +57,8 @@ export interface AppConfig {
      * the names when it is built (src/pipeline/response-headers.ts).
      */
     readonly forwardResponseHeaders: readonly unknown[] | undefined;
+    /** `pipeline.request_limits.<name>` by name (every key of schema.ts, defaults filled in). */
+    readonly requestLimits: Readonly<Record<string, number>>;
     readonly steps: readonly StepConfig[];
   };
   /** Unknown keys and inert upstream keys, to log at start-up. */
@@ -76,6 +78,9 @@ for (const spec of KEYS) {
 KNOWN_SECTIONS['pipeline']!.add('steps');
 KNOWN_SECTIONS['pipeline']!.add('kv_connector_params');
 KNOWN_SECTIONS['pipeline']!.add('forward_response_headers');
+const REQUEST_LIMITS_PREFIX = 'pipeline.request_limits.';
+const REQUEST_LIMIT_KEYS = KEYS.filter((k) => k.key.startsWith(REQUEST_LIMITS_PREFIX));
+KNOWN_SECTIONS['pipeline']!.add('request_limits');
 
 function isMap(v: unknown): v is Record<string, unknown> {
   return typeof v === 'object' && v !== null && !Array.isArray(v);
@@ -174,6 +179,10 @@ export function parseConfig(input: unknown, env: NodeJS.ProcessEnv = process.env
     if (!isMap(value)) throw new ConfigError(section, 'a map', value);
     for (const k of Object.keys(value)) if (!known.has(k)) warnings.push(`unknown key "${section}.${k}" ignored`);
   }
+  const limitsDoc = lookup(doc, 'pipeline.request_limits');
+  if (limitsDoc !== undefined && limitsDoc !== null && !isMap(limitsDoc)) throw new ConfigError('pipeline.request_limits', 'a map', limitsDoc);
+  for (const k of Object.keys(limitsDoc ?? {}))
+    if (!REQUEST_LIMIT_KEYS.some((spec) => spec.key === REQUEST_LIMITS_PREFIX + k)) warnings.push(`unknown key "${REQUEST_LIMITS_PREFIX}${k}" ignored`);
 
   const values = new Map<string, number | boolean | string | undefined>();
   for (const spec of KEYS) {
@@ -209,6 +218,13 @@ export function parseConfig(input: unknown, env: NodeJS.ProcessEnv = process.env
   for (const [key, v] of [['server.stream_reset_burst', sessionLimits.streamResetBurst], ['server.stream_reset_rate', sessionLimits.streamResetRate]] as const) {
     // nghttp2 keeps both in uint32.
     if (v > 2 ** 32 - 1) throw new ConfigError(key, 'at most 4294967295', v);
+  }
+  const requestLimits: Record<string, number> = {};
+  for (const spec of REQUEST_LIMIT_KEYS) {
+    const v = get<number>(spec.key);
+    // Compared with client numbers, which are exact only up to 2^53.
+    if (!Number.isSafeInteger(v)) throw new ConfigError(spec.key, `an integer from ${spec.min ?? 0} to ${Number.MAX_SAFE_INTEGER}`, v);
+    requestLimits[spec.key.slice(REQUEST_LIMITS_PREFIX.length)] = v;
   }
   const kv = get<string | undefined>('pipeline.kv_connector');
   const ec = get<string | undefined>('pipeline.ec_connector');
@@ -272,6 +288,7 @@ export function parseConfig(input: unknown, env: NodeJS.ProcessEnv = process.env
       dpSize: get<number>('pipeline.dp_size'),
       kvConnectorParams: parseKvConnectorParams(pipelineDoc['kv_connector_params']),
       forwardResponseHeaders: parseList('pipeline.forward_response_headers', pipelineDoc['forward_response_headers']),
+      requestLimits,
       steps: parseSteps(pipelineDoc['steps']),
     },
     warnings,

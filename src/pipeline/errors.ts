@@ -1,9 +1,11 @@
 /**
  * Error kinds a step may raise, and the one place they are turned into a client answer.
  *
- * Upstream error bodies are kept on the error for logs only; {@link classify} never puts them in
- * what the client sees.
+ * Upstream error bodies are kept on the error for logs; {@link classify} puts none of them in what
+ * the client sees, but for one part: the sanitised `message` of a worker's JSON 4xx, which is about
+ * the client's own input (upstream-message.ts).
  */
+import { upstreamClientMessage } from './upstream-message';
 
 /** Invalid client input. Always a 400; the message is ours and safe to show. */
 export class BadRequestError extends Error {
@@ -42,7 +44,7 @@ export class UpstreamError extends Error {
     /** `render`, `prefill`, `encode[<i>]`, ... */
     readonly step: string,
     readonly status: number,
-    /** At most {@link UPSTREAM_ERROR_BODY_CAP} bytes of the upstream body, never shown to clients. */
+    /** At most {@link UPSTREAM_ERROR_BODY_CAP} bytes of the upstream body; of a 4xx, its sanitised message is shown. */
     readonly body: string,
   ) {
     super(`${step}: upstream returned HTTP ${status}`);
@@ -111,7 +113,7 @@ export interface ClassifiedError {
   readonly errorClass: ErrorClass;
   /** OpenAI error `type`. */
   readonly type: 'invalid_request_error' | 'api_error';
-  /** Client-safe message; never contains upstream text. */
+  /** Client-safe message; upstream text only as a 4xx's sanitised message. */
   readonly message: string;
   /** The upstream status, when a side call answered. */
   readonly upstreamStatus?: number;
@@ -131,11 +133,12 @@ export function classify(err: unknown, requestId: string): ClassifiedError {
   }
   if (err instanceof UpstreamError) {
     if (err.status >= 400 && err.status < 500) {
+      const said = upstreamClientMessage(err.body);
       return {
         status: err.status,
         errorClass: 'upstream_4xx',
         type: 'invalid_request_error',
-        message: `${err.step} rejected the request: HTTP ${err.status}${id}`,
+        message: `${err.step} rejected the request: HTTP ${err.status}${said === undefined ? '' : `: ${said}`}${id}`,
         upstreamStatus: err.status,
       };
     }

@@ -9,6 +9,7 @@ import { PayloadTooLargeError, UpstreamError, classify, errorBody, type ErrorCla
 import { type StepTiming } from './executor';
 import { type PipelineObserver } from './observer';
 import { sanitiseRequestId } from './request-id';
+import type { RequestLimits } from './request-limits';
 import { type HeaderPolicy } from './header-policy';
 import type { Route, Step } from './step';
 
@@ -29,6 +30,8 @@ export interface HandlerOptions {
    * any step runs: e.g. an image on a pipeline without replace-media-urls (steps/pipeline-coverage.ts).
    */
   readonly admit?: (ctx: RequestContext) => void;
+  /** `pipeline.request_limits`; default the documented defaults. */
+  readonly requestLimits?: RequestLimits;
 }
 
 export const JSON_HEADERS = { 'content-type': 'application/json' } as const;
@@ -94,7 +97,7 @@ export abstract class BaseExchange implements Exchange {
     const c = classify(err, this.requestId);
     const fields = { step, error_class: c.errorClass, status: c.status, upstream_status: c.upstreamStatus, err: (err as Error)?.message };
     if (err instanceof UpstreamError && this.log.isLevelEnabled('debug')) {
-      this.log.debug({ ...fields, upstream_body: err.body }, 'upstream error body (not returned to the client)');
+      this.log.debug({ ...fields, upstream_body: err.body }, 'upstream error body (of a 4xx only the sanitised message is returned)');
     }
     if (c.status >= 500) this.log.warn(fields, 'request failed');
     else this.log.info(fields, 'request rejected');

@@ -4,6 +4,8 @@
  */
 import type { Decision, RespondDecision } from './decision';
 import { type ScreenedHeaders } from './header-policy';
+import { parseJsonBody } from './json-body';
+import { checkRequestLimits, DEFAULT_REQUEST_LIMITS } from './request-limits';
 import type { Route } from './step';
 
 import { BaseExchange, type HandlerOptions } from './exchange-base';
@@ -23,6 +25,12 @@ export class RefusedExchange extends BaseExchange {
 }
 
 /**
+ * Passthrough APIs whose JSON body carries the sampling fields of `pipeline.request_limits`
+ * (Anthropic Messages: `max_tokens`, `stop_sequences`, ...). Only these bodies are parsed, once.
+ */
+const SAMPLING_PASSTHROUGH_PATHS: ReadonlySet<string> = new Set(['/v1/messages']);
+
+/**
  * A request the pipeline does not run (the other OpenAI APIs the edge lets through): forwarded to
  * decode as upstream's passthrough of unregistered routes does (PR #2357), body as it came (capped
  * at the body limit: 413 above it), `EPP-Profile: decode`, our request id, and without the
@@ -37,7 +45,15 @@ export class PassthroughExchange extends BaseExchange {
     super(opts, path, screened.headers);
   }
 
-  async complete(): Promise<Decision> {
+  async complete(body: Buffer): Promise<Decision> {
+    if (SAMPLING_PASSTHROUGH_PATHS.has(this.path) && body.length > 0) {
+      try {
+        const parsed = parseJsonBody(body);
+        checkRequestLimits(parsed.body, this.opts.requestLimits ?? DEFAULT_REQUEST_LIMITS, parsed.codec, 'either');
+      } catch (err) {
+        return this.failure(err, 'parse', [], {});
+      }
+    }
     return {
       kind: 'forward',
       setHeaders: { 'epp-profile': 'decode', 'x-request-id': this.requestId },

@@ -9,6 +9,8 @@ import { runPipeline, type StepTiming } from './executor';
 import { parseJsonBody, type ParsedJsonBody } from './json-body';
 import { checkJsonDepth } from './json-depth';
 import { NOOP_PIPELINE_OBSERVER, type DecisionPath, type RequestObservation } from './observer';
+import { DEFAULT_REQUEST_LIMITS } from './request-limits';
+import { checkInferenceRequest } from './request-shape';
 import { RESPONSES_API_PATH, validateResponsesRequest } from './responses-request';
 import { DEFAULT_FORWARD_RESPONSE_HEADERS } from './response-headers';
 import { goDuration } from './go-duration';
@@ -143,6 +145,8 @@ export class PipelineExchange extends BaseExchange {
     try {
       parsed = parseJsonBody(raw);
       checkJsonDepth(parsed.body);
+      // Before the first step: a request the steps cannot read, or one past a limit, never reaches a worker or the queue.
+      checkInferenceRequest(this.path, parsed.body, parsed.codec, this.opts.requestLimits ?? DEFAULT_REQUEST_LIMITS);
       if (this.path === RESPONSES_API_PATH) validateResponsesRequest(parsed.body);
     } catch (err) {
       return this.failure(err, 'parse', [], {});

@@ -38,7 +38,7 @@ export function validateResponsesRequest(body: JsonObject): void {
   if (background !== undefined && background !== null && background !== false) throw unsupported('background');
   const input = body['input'];
   if (typeof input === 'string') return;
-  if (!Array.isArray(input)) throw new BadRequestError('field "input" could not be read as a JSON array or string');
+  if (!Array.isArray(input)) throw new BadRequestError('input must be a string or an array');
   // Parts may be input items themselves or sit in an item's content list.
   for (const item of input) {
     checkPart(item);

@@ -3,6 +3,10 @@
  * encode, prefill worker or an image host answers on failure (plain text, HTML, an OpenAI-style
  * JSON error of its own, a megabyte of it), the client gets our error body with our message.
  *
+ * But for one part (issue 19): when render, encode or prefill refuse the request with a 4xx whose
+ * JSON body carries a string `error.message` (or `message`), that string, sanitised and cut at 512
+ * characters, follows our message. Nothing else of the body, and nothing of any 5xx body.
+ *
  * The one exception is decode: it is the request Envoy forwards, and its answer (error or not)
  * streams back through Envoy untouched, as upstream relays it; the last test pins that down.
  */
@@ -11,12 +15,22 @@ import { startStack, type Role, type Stack } from '../support/stack';
 import { ImageServer, PNG_BYTES } from '../unit/steps/media/image-server';
 import { expectOpenAiError, UPSTREAM_SECRET } from '../faults/support/expect';
 
+/** Bodies of which nothing may reach the client, whatever the status. */
 const BODIES = [
   `${UPSTREAM_SECRET} plain text`,
   `<html><body>${UPSTREAM_SECRET}</body></html>`,
-  JSON.stringify({ error: { message: UPSTREAM_SECRET, type: 'invalid_request_error', code: 400 } }),
+  JSON.stringify({ error: { message: { text: UPSTREAM_SECRET }, type: 'invalid_request_error', code: 400 } }),
+  JSON.stringify({ detail: [{ loc: ['body', 'messages'], input: UPSTREAM_SECRET }] }),
   `${UPSTREAM_SECRET} `.repeat(40_000),
 ];
+/** What a worker says about the client's input: the string the client may see, once sanitised. */
+const SAID = 'messages: field required';
+/** A worker's JSON 4xx: its message (with a control character and a line break) next to fields that stay hidden. */
+const JSON_4XX = JSON.stringify({
+  error: { message: `\u0007${SAID}\u0000\n`, type: 'BadRequestError', param: UPSTREAM_SECRET, code: 400 },
+  trace: UPSTREAM_SECRET,
+});
+const escapeRe = (s: string) => s.replace(/[[\]]/g, '\\$&');
 
 describe('upstream error bodies', () => {
   let stack: Stack;
@@ -61,6 +75,7 @@ describe('upstream error bodies', () => {
   const inline = `data:image/png;base64,${PNG_BYTES.toString('base64')}`;
 
   describe.each(['render', 'encode', 'prefill'] as const)('%s', (role: Role) => {
+    const step = role === 'encode' ? 'encode[0]' : role;
     it.each([400, 404, 422, 429, 500, 503])("HTTP %d: our status and message, none of the worker's body", async (status) => {
       for (const body of BODIES) {
         stack.reset();
@@ -70,12 +85,39 @@ describe('upstream error bodies', () => {
         expectOpenAiError(res, expected);
         expect(res.headers['x-inference-pod']).toBeUndefined();
         if (status < 500) {
-          const step = role === 'encode' ? 'encode[0]' : role;
           expect(at(res.json, 'error', 'message')).toMatch(
-            new RegExp(`^${step.replace(/[[\]]/g, '\\$&')} rejected the request: HTTP ${status} \\(request_id: `),
+            new RegExp(`^${escapeRe(step)} rejected the request: HTTP ${status} \\(request_id: `),
           );
         }
       }
+    });
+
+    it.each([400, 404, 422, 429])(
+      "HTTP %d with a JSON error: the worker's message follows ours, sanitised, and nothing else",
+      async (status) => {
+        stack.sims[role].setFaults([{ status, body: JSON_4XX }]);
+        const res = await client.post('/v1/chat/completions', chatWith(inline));
+        expectOpenAiError(res, status);
+        expect(at(res.json, 'error', 'message')).toMatch(
+          new RegExp(`^${escapeRe(step)} rejected the request: HTTP ${status}: ${SAID} \\(request_id: [A-Za-z0-9-]+\\)$`),
+        );
+      },
+    );
+
+    it.each([500, 503])('HTTP %d with a JSON error: none of it, not even the message', async (status) => {
+      stack.sims[role].setFaults([{ status, body: JSON_4XX }]);
+      const res = await client.post('/v1/chat/completions', chatWith(inline));
+      expectOpenAiError(res, 502);
+      expect(res.text).not.toContain(SAID);
+    });
+
+    it('a long message is cut at 512 characters', async () => {
+      stack.sims[role].setFaults([{ status: 400, body: JSON.stringify({ message: `${'x'.repeat(600)}${UPSTREAM_SECRET}` }) }]);
+      const res = await client.post('/v1/chat/completions', chatWith(inline));
+      expectOpenAiError(res, 400);
+      expect(at(res.json, 'error', 'message')).toMatch(
+        new RegExp(`^${escapeRe(step)} rejected the request: HTTP 400: x{512} \\(request_id: `),
+      );
     });
   });
 

@@ -64,6 +64,9 @@ function handlerWith(metrics: CoordinatorMetrics, steps: Step[], maxBodyBytes = 
   return new PipelineHandler({ steps, maxBodyBytes, log: silentLogger(), observer: metrics });
 }
 
+/** Messages with the shape the pipeline checks before any step (request-shape.ts). */
+const MESSAGES = [{ role: 'user', content: 'hi' }];
+
 async function send(h: PipelineHandler, body: unknown, path = '/v1/chat/completions'): Promise<void> {
   const ex = h.begin({ method: 'POST', path, headers: {} });
   if (!ex) throw new Error('expected an exchange');
@@ -131,9 +134,9 @@ describe('model_name', () => {
   test('a request series carries the bounded name', async () => {
     const m = new CoordinatorMetrics({ processMetrics: false, maxModelNames: 1 });
     const h = handlerWith(m, [decode]);
-    await send(h, { model: 'first' });
-    await send(h, { model: 'second' });
-    await send(h, { messages: [] });
+    await send(h, { model: 'first', messages: MESSAGES });
+    await send(h, { model: 'second', messages: MESSAGES });
+    await send(h, { messages: MESSAGES });
     expect(await value(m, 'llm_d_coordinator_request_total', { model_name: 'first' })).toBe(1);
     expect(await value(m, 'llm_d_coordinator_request_total', { model_name: 'other' })).toBe(1);
     expect(await value(m, 'llm_d_coordinator_request_total', { model_name: 'unknown' })).toBe(1);
@@ -144,7 +147,7 @@ describe('pipeline hooks', () => {
   test('a cascade records request, size, tokens, steps, execution path and decision', async () => {
     const m = new CoordinatorMetrics({ processMetrics: false });
     const h = handlerWith(m, [render, step('prefill'), decode]);
-    await send(h, { model: 'llama', messages: [{ role: 'user', content: 'hi' }] });
+    await send(h, { model: 'llama', messages: MESSAGES });
     expect(await value(m, 'llm_d_coordinator_request_total', { model_name: 'llama' })).toBe(1);
     expect(await count(m, 'llm_d_coordinator_request_duration_seconds', { model_name: 'llama' })).toBe(1);
     expect(await count(m, 'llm_d_coordinator_request_size_bytes', { model_name: 'llama' })).toBe(1);
@@ -178,7 +181,7 @@ describe('pipeline hooks', () => {
       }),
       decode,
     ]);
-    await send(h, { model: 'm' });
+    await send(h, { model: 'm', messages: MESSAGES });
     expect(await value(m, 'llm_d_coordinator_step_errors_total', { step: 'prefill', error_code: code })).toBe(1);
     expect(await value(m, 'llm_d_coordinator_request_error_total', { model_name: 'm', error_code: code })).toBe(1);
     expect(await value(m, 'epd_coordinator_decisions_total', { path: 'error' })).toBe(1);
@@ -216,7 +219,7 @@ describe('pipeline hooks', () => {
       step('conditional-decode', () => ({ respond: { status: 200, headers: {}, body: Buffer.from('x') }, cacheHit: true })),
       decode,
     ]);
-    await send(h, { model: 'm' });
+    await send(h, { model: 'm', messages: MESSAGES });
     expect(h.begin({ method: 'GET', path: '/v1/models', headers: {} })).not.toBeNull();
     expect(await value(m, 'epd_coordinator_decisions_total', { path: 'cache_hit' })).toBe(1);
     expect(await value(m, 'epd_coordinator_decisions_total', { path: 'passthrough' })).toBe(1);
@@ -226,7 +229,7 @@ describe('pipeline hooks', () => {
   test("a step's own answer (an async-broker 202, a refusal) is a step_response, not a cache_hit", async () => {
     const m = new CoordinatorMetrics({ processMetrics: false });
     const h = handlerWith(m, [step('async-broker', () => ({ respond: { status: 202, headers: {}, body: Buffer.from('{}') } })), decode]);
-    await send(h, { model: 'm' });
+    await send(h, { model: 'm', messages: MESSAGES });
     expect(await value(m, 'epd_coordinator_decisions_total', { path: 'step_response' })).toBe(1);
     expect(await value(m, 'epd_coordinator_decisions_total', { path: 'cache_hit' })).toBe(0);
   });

@@ -36,11 +36,11 @@ describe('observer hooks', () => {
     const render: Step = { type: 'render', execute: async (ctx) => void (ctx.tokenIds = [1, 2, 3]) };
     const h = new PipelineHandler({ steps: [render, step('prefill'), decode], maxBodyBytes: 1024, log: silentLogger(), observer });
     const ex = h.begin({ method: 'POST', path: '/v1/completions?x=1', headers: {} })!;
-    await ex.complete(Buffer.from('{"model":"m"}'));
+    await ex.complete(Buffer.from('{"model":"m","prompt":"hi"}'));
     ex.abort('late cancel');
     expect(events).toEqual([
       'start:POST /v1/completions',
-      'parsed:m:13',
+      'parsed:m:27',
       'step:render',
       'ended:render',
       'step:prefill',
@@ -65,7 +65,7 @@ describe('observer hooks', () => {
       log: silentLogger(),
       observer,
     });
-    await h.begin({ method: 'POST', path: '/v1/completions', headers: {} })!.complete(Buffer.from('{}'));
+    await h.begin({ method: 'POST', path: '/v1/completions', headers: {} })!.complete(Buffer.from('{"prompt":"hi"}'));
     expect(events.slice(-2)).toEqual(['ended:prefill:error', 'finished:error']);
     expect(results).toHaveLength(1);
     expect(results[0]).toMatchObject({ path: 'error', status: 502, errorClass: 'internal', errorStep: 'prefill', inputTokens: null });

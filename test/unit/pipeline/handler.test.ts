@@ -24,6 +24,10 @@ async function run(steps: Step[], body: string, headers: Record<string, string> 
   return ex.complete(Buffer.from(body));
 }
 
+/** A chat body with the shape the pipeline checks before any step (request-shape.ts). */
+const MESSAGES = [{ role: 'user', content: 'hi' }];
+const chatBody = (extra: Record<string, unknown> = {}): string => JSON.stringify({ messages: MESSAGES, ...extra });
+
 function json(d: RespondDecision): { error: { message: string; type: string; code: number } } {
   return JSON.parse((d.body as Buffer).toString());
 }
@@ -69,10 +73,15 @@ describe('PipelineHandler', () => {
   });
 
   test('a completed cascade forwards the mutated body, serialised once, with the decode headers', async () => {
-    const d = (await run([decodeStep], '{"model":"m","stream":true}', { 'x-request-id': 'req-7' })) as ForwardDecision;
+    const d = (await run([decodeStep], chatBody({ model: 'm', stream: true }), { 'x-request-id': 'req-7' })) as ForwardDecision;
     expect(d.kind).toBe('forward');
     expect(d.setHeaders).toEqual({ 'epp-profile': 'decode', 'x-request-id': 'req-7', 'content-type': 'application/json' });
-    expect(JSON.parse(d.body!.toString())).toEqual({ model: 'm', stream: true, kv_transfer_params: { do_remote_prefill: true } });
+    expect(JSON.parse(d.body!.toString())).toEqual({
+      messages: MESSAGES,
+      model: 'm',
+      stream: true,
+      kv_transfer_params: { do_remote_prefill: true },
+    });
     expect(d.metadata).toMatchObject({ request_id: 'req-7', path_taken: 'cascade', token_count: 0 });
     expect(typeof (d.metadata['step_ms'] as Record<string, number>)['decode']).toBe('number');
     expect(d.metadata['steps']).toMatch(/^decode:\d/);
@@ -86,7 +95,7 @@ describe('PipelineHandler', () => {
             throw new BadRequestError('nope');
           }),
         ],
-        '{}',
+        chatBody(),
         { 'x-request-id': bad },
       )) as RespondDecision;
       const id = d.metadata['request_id'] as string;
@@ -103,7 +112,7 @@ describe('PipelineHandler', () => {
           throw new UpstreamError('prefill', 422, 'SECRET upstream text');
         }),
       ],
-      '{}',
+      chatBody(),
       { 'x-request-id': 'r1' },
     )) as RespondDecision;
     expect(d.status).toBe(422);
@@ -125,7 +134,7 @@ describe('PipelineHandler', () => {
           throw err;
         }),
       ],
-      '{}',
+      chatBody(),
       { 'x-request-id': 'r2' },
     )) as RespondDecision;
     expect(d.status).toBe(502);
@@ -143,7 +152,7 @@ describe('PipelineHandler', () => {
         })),
         step('decode', later),
       ],
-      '{}',
+      chatBody(),
     )) as RespondDecision;
     expect(d).toMatchObject({ kind: 'respond', status: 200 });
     expect(d.metadata['path_taken']).toBe('cache_hit');
@@ -154,7 +163,7 @@ describe('PipelineHandler', () => {
     const later = jest.fn();
     const d = (await run(
       [step('async-broker', () => ({ respond: { status: 429, headers: {}, body: Buffer.from('{}') } })), step('decode', later)],
-      '{}',
+      chatBody(),
     )) as RespondDecision;
     expect(d).toMatchObject({ kind: 'respond', status: 429 });
     expect(d.metadata).toMatchObject({ path_taken: 'step_response', status: 429 });
@@ -162,7 +171,7 @@ describe('PipelineHandler', () => {
   });
 
   test('a pipeline that produces no decode request lets the request pass unmodified', async () => {
-    const d = (await run([step('render', () => undefined)], '{"a":1}')) as ForwardDecision;
+    const d = (await run([step('render', () => undefined)], chatBody({ a: 1 }))) as ForwardDecision;
     expect(d).toMatchObject({ kind: 'forward', body: null, setHeaders: {}, removeHeaders: [] });
     expect(d.metadata['path_taken']).toBe('passthrough');
   });
@@ -181,7 +190,7 @@ describe('PipelineHandler', () => {
       step('prefill', (ctx) => new Promise((_, reject) => ctx.signal.addEventListener('abort', () => reject(new Error('aborted'))))),
       step('decode', after),
     ]).begin({ method: 'POST', path: '/v1/chat/completions', headers: {} })!;
-    const pending = ex.complete(Buffer.from('{}'));
+    const pending = ex.complete(Buffer.from(chatBody()));
     ex.abort('client went away');
     const d = (await pending) as RespondDecision;
     expect(d.status).toBe(502);
@@ -197,7 +206,7 @@ describe('PipelineHandler', () => {
         }),
         decodeStep,
       ],
-      '{}',
+      chatBody(),
     );
     expect(d.metadata).toMatchObject({ token_count: 3, mm_entries: 1 });
   });
@@ -243,7 +252,7 @@ describe('routes and stamped headers', () => {
         }),
         decodeStep,
       ],
-      '{}',
+      chatBody(),
       { 'x-objective': 'client-chosen' },
     )) as ForwardDecision;
     expect(seenBySecond['x-objective']).toBe('reserved');

@@ -18,6 +18,8 @@ import { parseConfig } from '../../../src/config/config';
 import { startService } from '../../../src/service';
 import { ConfigError } from '../../../src/config/errors';
 
+/** A chat body with the shape the pipeline checks before any step. */
+const CHAT_BODY = JSON.stringify({ model: 'm', messages: [{ role: 'user', content: 'hi' }] });
 /** Every gateway header, with a value a hostile client would send. */
 const SPOOFED: Record<string, string> = Object.fromEntries([...GATEWAY_HEADERS.keys()].map((h) => [h, `client-${h}`]));
 
@@ -161,7 +163,7 @@ describe('PipelineHandler with the header policy', () => {
 
   test('side calls never see a client gateway header; the forward removes them, keeping what the service sets', async () => {
     const ex = handler().begin({ method: 'POST', path: '/v1/chat/completions', headers: { ...SPOOFED, 'x-team': 'acme' } })!;
-    const d = (await ex.complete(Buffer.from('{"model":"m"}'))) as ForwardDecision;
+    const d = (await ex.complete(Buffer.from(CHAT_BODY))) as ForwardDecision;
     expect(d.kind).toBe('forward');
     for (const h of seen) {
       for (const name of GATEWAY_HEADERS.keys()) if (name !== 'x-llm-d-inference-objective') expect(h).not.toHaveProperty(name);
@@ -184,13 +186,13 @@ describe('PipelineHandler with the header policy', () => {
     const headers = { 'x-llm-d-inference-fairness-id': 'acme' };
     const fromClient = (await h
       .begin({ method: 'POST', path: '/v1/chat/completions', headers })!
-      .complete(Buffer.from('{}'))) as ForwardDecision;
+      .complete(Buffer.from(CHAT_BODY))) as ForwardDecision;
     expect(fromClient.removeHeaders).toEqual(['x-llm-d-inference-fairness-id']);
     for (const seenHeaders of seen) expect(seenHeaders).not.toHaveProperty('x-llm-d-inference-fairness-id');
     seen = [];
     const fromProcessor = (await h
       .begin({ method: 'POST', path: '/v1/chat/completions', headers, origin: 'async-processor' })!
-      .complete(Buffer.from('{}'))) as ForwardDecision;
+      .complete(Buffer.from(CHAT_BODY))) as ForwardDecision;
     expect(fromProcessor.removeHeaders).toEqual([]);
     expect(seen).toHaveLength(2);
     for (const seenHeaders of seen) expect(seenHeaders['x-llm-d-inference-fairness-id']).toBe('acme');
@@ -202,7 +204,7 @@ describe('PipelineHandler with the header policy', () => {
       path: '/v1/chat/completions',
       headers: { 'x-llm-d-slo-ttft-ms': '800', prefer: 'reserve-endpoint' },
     })!;
-    const d = (await ex.complete(Buffer.from('{}'))) as ForwardDecision;
+    const d = (await ex.complete(Buffer.from(CHAT_BODY))) as ForwardDecision;
     for (const h of seen) expect(h['x-llm-d-slo-ttft-ms']).toBe('800');
     expect(d.removeHeaders).toEqual(['prefer']);
   });

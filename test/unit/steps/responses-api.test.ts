@@ -71,7 +71,7 @@ describe('Responses: requests refused before the pipeline', () => {
       'field "file_id" is not supported by the router',
     ],
     [{ input: [{ type: 'input_file', file_id: 'file-1' }] }, 'field "file_id" is not supported by the router'],
-    [{ input: 42 }, 'field "input" could not be read as a JSON array or string'],
+    [{ input: 42 }, 'input must be a string or an array'],
   ])('%j -> 400 %s', async (extra, msg) => {
     const d = await run({ model: 'm', input: 'hi', ...extra });
     expect(d).toMatchObject({ kind: 'respond', status: 400 });
@@ -85,7 +85,9 @@ describe('Responses: requests refused before the pipeline', () => {
 
   it('a chat request with a stray previous_response_id is not checked (detection is by path)', async () => {
     const ex = handler.begin({ method: 'POST', path: '/v1/chat/completions', headers: {} })!;
-    const d = await ex.complete(Buffer.from(JSON.stringify({ model: 'm', messages: [], previous_response_id: 'x' })));
+    const d = await ex.complete(
+      Buffer.from(JSON.stringify({ model: 'm', messages: [{ role: 'user', content: 'hi' }], previous_response_id: 'x' })),
+    );
     expect(d.kind).toBe('forward');
   });
 });

@@ -102,7 +102,7 @@ describe('conditional-decode: hit', () => {
     worker.handler = (_req, res) => void res.writeHead(200, { 'content-type': 'application/json' }).end('{"ok":true}');
     const handler = new PipelineHandler({ steps: [step()], maxBodyBytes: 1024, log: silentLogger() });
     const ex = handler.begin({ method: 'POST', path: '/v1/chat/completions', headers: { 'x-request-id': 'hit-1' } })!;
-    const d = (await ex.complete(Buffer.from('{"model":"m"}'))) as RespondDecision;
+    const d = (await ex.complete(Buffer.from('{"model":"m","messages":[{"role":"user","content":"hi"}]}'))) as RespondDecision;
     expect(d.kind).toBe('respond');
     expect(d.status).toBe(200);
     expect(d.metadata).toMatchObject({ request_id: 'hit-1', path_taken: 'cache_hit', status: 200 });
@@ -139,7 +139,9 @@ describe('conditional-decode: miss and errors', () => {
       },
     };
     const handler = new PipelineHandler({ steps: [step(), next], maxBodyBytes: 1024, log: silentLogger() });
-    const d = await handler.begin({ method: 'POST', path: '/v1/chat/completions', headers: {} })!.complete(Buffer.from('{"model":"m"}'));
+    const d = await handler
+      .begin({ method: 'POST', path: '/v1/chat/completions', headers: {} })!
+      .complete(Buffer.from('{"model":"m","messages":[{"role":"user","content":"hi"}]}'));
     expect(ranNext).toBe(true);
     expect(d.kind).toBe('forward');
     expect(d.metadata).toMatchObject({ path_taken: 'cascade' });
@@ -167,7 +169,7 @@ describe('conditional-decode: miss and errors', () => {
       const handler = new PipelineHandler({ steps: [s], maxBodyBytes: 1024, log: silentLogger() });
       const d = (await handler
         .begin({ method: 'POST', path: '/v1/chat/completions', headers: { 'x-request-id': 'x-9' } })!
-        .complete(Buffer.from('{}'))) as RespondDecision;
+        .complete(Buffer.from('{"messages":[{"role":"user","content":"hi"}]}'))) as RespondDecision;
       expect(d.status).toBe(502);
       expect(d.headers['content-type']).toBe('application/json');
       expect(JSON.parse((d.body as Buffer).toString()).error).toMatchObject({ type: 'api_error', code: 502 });
