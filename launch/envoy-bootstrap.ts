@@ -7,7 +7,7 @@
 import { readFileSync, writeFileSync } from 'node:fs';
 import { isIP } from 'node:net';
 import { join, resolve } from 'node:path';
-import { processorMatches, renderPublicRoutes } from './path-policy';
+import { processorMatches, renderCatchAllRoute, renderPublicRoutes } from './path-policy';
 
 export type EnvoyBodyMode = 'full_duplex' | 'buffered';
 
@@ -38,6 +38,11 @@ export interface EnvoyBootstrapOptions {
    * Default 500, defence in depth only: the coordinator itself takes Envoy's per-stream resets.
    */
   readonly extProcStreamCap?: number;
+  /**
+   * The public listener without the path policy: one route sends every path to the coordinator
+   * and decode, as an Envoy we did not render may. For tests of the service's own allow-list.
+   */
+  readonly catchAll?: boolean;
 }
 
 export interface ExtProcTlsOptions {
@@ -187,7 +192,10 @@ function placeholders(o: EnvoyBootstrapOptions): Record<string, string> {
     REQUEST_BODY_MODE: buffered ? 'BUFFERED' : 'FULL_DUPLEX_STREAMED',
     // FULL_DUPLEX_STREAMED requires trailers SEND; buffered mode does not need them.
     REQUEST_TRAILER_MODE: buffered ? 'SKIP' : 'SEND',
-    PUBLIC_ROUTES: renderPublicRoutes('              ', String(buffered ? BUFFERED_BODY_LIMIT_BYTES : STREAMING_BODY_LIMIT_BYTES)),
+    PUBLIC_ROUTES: (o.catchAll ? renderCatchAllRoute : renderPublicRoutes)(
+      '              ',
+      String(buffered ? BUFFERED_BODY_LIMIT_BYTES : STREAMING_BODY_LIMIT_BYTES),
+    ),
     ASYNC_ROUTES: renderPublicRoutes(
       '              ',
       String(buffered ? BUFFERED_BODY_LIMIT_BYTES : STREAMING_BODY_LIMIT_BYTES),

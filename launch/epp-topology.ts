@@ -24,7 +24,8 @@ import { request } from 'node:http';
 import { isIPv4 } from 'node:net';
 import { join, resolve } from 'node:path';
 import yaml from 'js-yaml';
-import { allowedMatches, processorMatches, REFUSED_PATH_BODY, REFUSED_PATH_STATUS } from './path-policy';
+import { REFUSED_PATH_BODY, REFUSED_PATH_STATUS } from '../src/pipeline/path-policy';
+import { allowedMatches, processorMatches } from './path-policy';
 
 export type WorkerRole = 'encode' | 'prefill' | 'decode';
 export const WORKER_ROLES: readonly WorkerRole[] = ['encode', 'prefill', 'decode'];

@@ -1,79 +1,22 @@
 /**
- * The public listener's path policy (issue #12), in one place: an allow-list. The Envoy bootstrap
- * (envoy/envoy.template.yaml, rendered by launch/envoy-bootstrap.ts) is generated from it, a test
- * checks that config/k8s/routes.yaml lists the same paths, and docs/hardening.md explains it.
- *
- * Why an allow-list: a worker serves many paths that are not inference APIs (vLLM's `/sleep`,
- * `/collective_rpc`, `/v1/load_lora_adapter`, the simulator's `/admin/*`, every `*\/render`, ...),
- * and each release adds some. A deny-list has to know them all; an allow-list only has to know the
- * APIs we mean to serve, and a path nobody thought of gets a 404 instead of reaching a worker.
+ * The path policy of src/pipeline/path-policy.ts (the one list, which the service enforces itself)
+ * as Envoy routes: the bootstrap (envoy/envoy.template.yaml, rendered by launch/envoy-bootstrap.ts)
+ * and the EPP topology are generated from it, a test checks that config/k8s/routes.yaml lists the
+ * same paths, and docs/hardening.md explains it.
  *
  * Matching is on Envoy's normalised path (normalize_path, merge_slashes, escaped slashes unescaped
  * and redirected), exact and case-sensitive, query string ignored: `//v1/chat/completions` and
  * `/v1/./chat/completions` run the pipeline; `/v1/chat/completions/`, `/v1/chat/completions/..;/x`
  * or `/V1/chat/completions` are refused.
  */
-
-/** The pipeline's inference paths (src/pipeline/inference-request.ts INFERENCE_PATHS; a test keeps them equal). */
-export const PIPELINE_PATHS: readonly string[] = ['/v1/chat/completions', '/v1/completions', '/v1/responses', '/inference/v1/generate'];
-
-/** Answered by the service itself: the async broker's result lookups (`GET /v1/requests/{id}`). */
-export const SERVICE_PREFIXES: readonly string[] = ['/v1/requests/'];
-
-/**
- * The other OpenAI-compatible APIs a vLLM worker serves: passed to decode as they came, as
- * upstream's passthrough does (the service sets `EPP-Profile: decode`).
- */
-export const DECODE_PATHS: readonly string[] = [
-  '/v1/models',
-  '/v1/embeddings',
-  '/v1/messages',
-  '/v1/messages/count_tokens',
-  '/v1/audio/transcriptions',
-  '/v1/audio/translations',
-  '/v1/rerank',
-  '/v1/score',
-  '/tokenize',
-  '/detokenize',
-];
-/**
- * Sub-resources of those APIs: `/v1/models/{model}`. Not `/v1/responses/{id}`: a stored response
- * lives on one worker, which a pool cannot address, and the prefix would let
- * `/v1/responses/render` (a pipeline side call) reach a worker.
- */
-export const DECODE_PREFIXES: readonly string[] = ['/v1/models/'];
-
-/**
- * Worker control and introspection paths known to be refused (every path not allowed above is):
- * the path-policy test sends each one through the real Envoy.
- */
-export const KNOWN_CONTROL_PATHS: readonly string[] = [
-  '/metrics',
-  '/health',
-  '/sleep',
-  '/wake_up',
-  '/is_sleeping',
-  '/collective_rpc',
-  '/reset_prefix_cache',
-  '/start_profile',
-  '/stop_profile',
-  '/v1/load_lora_adapter',
-  '/v1/unload_lora_adapter',
-  '/server_info',
-  '/admin/config',
-  '/admin/faults',
-  '/v1/chat/completions/render',
-  '/v1/completions/render',
-  '/inference/v1/generate/render',
-  '/v1/responses/render',
-  '/render',
-];
-
-/** The client's answer for a refused path (the OpenAI error shape the service uses). */
-export const REFUSED_PATH_STATUS = 404;
-export const REFUSED_PATH_BODY = JSON.stringify({
-  error: { message: 'not found: this path is not served here', type: 'invalid_request_error', param: null, code: REFUSED_PATH_STATUS },
-});
+import {
+  DECODE_PATHS,
+  DECODE_PREFIXES,
+  PIPELINE_PATHS,
+  REFUSED_PATH_BODY,
+  REFUSED_PATH_STATUS,
+  SERVICE_PREFIXES,
+} from '../src/pipeline/path-policy';
 
 /** Every allowed path as an Envoy route match (`path` exact, `prefix` for sub-resources). */
 export function allowedMatches(): Array<{ path: string } | { prefix: string }> {
@@ -123,4 +66,19 @@ export function renderPublicRoutes(
     '      disabled: true',
   );
   return lines.map((l) => indent + l).join('\n');
+}
+
+/**
+ * No path policy at the edge: one route sends every path to the filter and decode, as an Envoy we
+ * did not render may (the tests of the service's own allow-list use it).
+ */
+export function renderCatchAllRoute(indent: string, bodyBufferLimit: string): string {
+  return [
+    '# No path policy here: every path reaches the coordinator, which refuses what it does not serve.',
+    '- match: { prefix: "/" }',
+    '  route: { cluster: decode_workers, timeout: 0s }',
+    `  request_body_buffer_limit: ${bodyBufferLimit}`,
+  ]
+    .map((l) => indent + l)
+    .join('\n');
 }

@@ -8,6 +8,7 @@ import { PipelineHandler } from './pipeline/handler';
 import { parseForwardResponseHeaders } from './pipeline/response-headers';
 import { ConfigError } from './config/errors';
 import { requestLimits } from './pipeline/request-limits';
+import { DEFAULT_PATH_POLICY, pathPolicy, PathPolicyError, type PathPolicy } from './pipeline/path-policy';
 import { ASYNC_PROCESSOR_ORIGIN, headerPolicy, HeaderPolicyError, type HeaderPolicy } from './pipeline/header-policy';
 import { combineObservers } from './pipeline/observer';
 import { StepRegistry } from './pipeline/registry';
@@ -68,6 +69,17 @@ function trustedHeaders(names: readonly string[], originNames: readonly string[]
   }
 }
 
+/** `server.allowed_paths` as a policy (unset: the built-in list); an entry it cannot serve stops start-up. */
+function allowedPaths(entries: readonly string[] | undefined): PathPolicy {
+  if (entries === undefined) return DEFAULT_PATH_POLICY;
+  try {
+    return pathPolicy(entries);
+  } catch (err) {
+    if (err instanceof PathPolicyError) throw new ConfigError('server.allowed_paths', err.expected, err.entry);
+    throw err;
+  }
+}
+
 /** Wires config -> side-call clients -> steps -> handler -> gRPC server (+ health, metrics, tracing), and starts listening. */
 export async function startService(config: AppConfig, opts: ServiceOptions = {}): Promise<RunningService> {
   const log = opts.log ?? createLogger(config.logLevel);
@@ -86,6 +98,9 @@ export async function startService(config: AppConfig, opts: ServiceOptions = {})
   cleanups.push(async () => tls.close());
   try {
     const policy = trustedHeaders(config.server.trustedClientHeaders, config.server.trustedOriginHeaders);
+    const paths = allowedPaths(config.server.allowedPaths);
+    if (config.server.allowedPaths)
+      log.info({ allowed_paths: config.server.allowedPaths }, 'serving the paths of server.allowed_paths only');
     if (tracing) cleanups.push(() => tracing.shutdown());
     const clients: SideCallClient[] = [];
     cleanups.push(() => Promise.all(clients.map((c) => c.close())));
@@ -140,6 +155,7 @@ export async function startService(config: AppConfig, opts: ServiceOptions = {})
       forwardResponseHeaders: parseForwardResponseHeaders(config.pipeline.forwardResponseHeaders),
       observer: combineObservers([metrics, tracing].filter((o) => o !== undefined)),
       headerPolicy: policy,
+      pathPolicy: paths,
       admit: coverage.admit,
       requestLimits: requestLimits(config.pipeline.requestLimits),
     });

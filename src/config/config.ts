@@ -31,6 +31,8 @@ export interface AppConfig {
     readonly maxRequestHeaders: number;
     /** `server.trusted_client_headers`, as listed (checked against the header policy at start-up). */
     readonly trustedClientHeaders: readonly string[];
+    /** `server.allowed_paths` as listed (parsed into the path policy at start-up); `undefined` = the built-in list. */
+    readonly allowedPaths: readonly string[] | undefined;
     /** `server.trusted_origin_headers`: also trusted on the async processor's entry. */
     readonly trustedOriginHeaders: readonly string[];
     /** TLS on the gRPC listener; `null` = plaintext h2c. */
@@ -257,6 +259,10 @@ export function parseConfig(input: unknown, env: NodeJS.ProcessEnv = process.env
         .split(',')
         .map((h) => h.trim().toLowerCase())
         .filter((h) => h !== ''),
+      allowedPaths: get<string | undefined>('server.allowed_paths')
+        ?.split(',')
+        .map((p) => p.trim())
+        .filter((p) => p !== ''),
       trustedOriginHeaders: get<string>('server.trusted_origin_headers')
         .split(',')
         .map((h) => h.trim().toLowerCase())

@@ -17,6 +17,7 @@ import { KNOWN_MESSAGES, LATENCY_BUCKETS, ModelNameLabels, SIZE_BUCKETS, TOKEN_B
 export { LATENCY_BUCKETS, MAX_MODEL_NAME_LENGTH, MAX_MODEL_NAMES, ModelNameLabels, SIZE_BUCKETS, TOKEN_BUCKETS } from './metric-labels';
 import type {
   DecisionPath,
+  OutsideDecision,
   PipelineObserver,
   RequestObservation,
   RequestResult,
@@ -269,7 +270,7 @@ export class CoordinatorMetrics implements PipelineObserver {
     return { contentType: this.registry.contentType, body: await this.registry.metrics() };
   }
 
-  decided(path: 'route' | 'passthrough'): void {
+  decided(path: OutsideDecision): void {
     this.decisions.labels(path).inc();
   }
 

@@ -12,6 +12,17 @@ export class BadRequestError extends Error {
   override readonly name = 'BadRequestError';
 }
 
+/**
+ * The path is not on the allow-list (path-policy.ts): 404. Its answer is the one Envoy's own route
+ * gives for such a path, byte for byte, so it names no request id.
+ */
+export class PathNotServedError extends Error {
+  override readonly name = 'PathNotServedError';
+  constructor() {
+    super('not found: this path is not served here');
+  }
+}
+
 /** The request body is above the configured limit. */
 export class PayloadTooLargeError extends Error {
   override readonly name = 'PayloadTooLargeError';
@@ -124,6 +135,9 @@ export function classify(err: unknown, requestId: string): ClassifiedError {
   const id = ` (request_id: ${requestId})`;
   if (err instanceof BadRequestError) {
     return { status: 400, errorClass: 'bad_request', type: 'invalid_request_error', message: err.message + id };
+  }
+  if (err instanceof PathNotServedError) {
+    return { status: 404, errorClass: 'bad_request', type: 'invalid_request_error', message: err.message };
   }
   if (err instanceof TooManyHeadersError) {
     return { status: 431, errorClass: 'bad_request', type: 'invalid_request_error', message: err.message + id };

@@ -11,6 +11,7 @@ import { type PipelineObserver } from './observer';
 import { sanitiseRequestId } from './request-id';
 import type { RequestLimits } from './request-limits';
 import { type HeaderPolicy } from './header-policy';
+import { type PathPolicy } from './path-policy';
 import type { Route, Step } from './step';
 
 export interface HandlerOptions {
@@ -23,6 +24,8 @@ export interface HandlerOptions {
   readonly observer?: PipelineObserver;
   /** `pipeline.forward_response_headers` (validated, lower-case); default upstream's `[x-llm-d-disagg-revision]`. */
   readonly forwardResponseHeaders?: readonly string[];
+  /** The paths served (`server.allowed_paths`, path-policy.ts); default the built-in list. */
+  readonly pathPolicy?: PathPolicy;
   /** Which gateway headers a client may set (header-policy.ts); default none. */
   readonly headerPolicy?: HeaderPolicy;
   /**

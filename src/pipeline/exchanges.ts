@@ -10,13 +10,17 @@ import type { Route } from './step';
 
 import { BaseExchange, type HandlerOptions } from './exchange-base';
 
-/** A request outside the pipeline refused from its head alone (400 or 431, see headRefusal): no body is read. */
+/**
+ * A request outside the pipeline refused from its head alone: a path the policy does not allow
+ * (404, step `path`), or headers headRefusal refuses (400 or 431, step `headers`). No body is read.
+ */
 export class RefusedExchange extends BaseExchange {
   readonly refused: RespondDecision;
 
-  constructor(opts: HandlerOptions, path: string, headers: Record<string, string>, reason: Error) {
+  constructor(opts: HandlerOptions, path: string, headers: Record<string, string>, reason: Error, step: 'path' | 'headers') {
     super(opts, path, headers);
-    this.refused = this.failure(reason, 'headers', [], {});
+    this.refused = this.failure(reason, step, [], {});
+    opts.observer?.decided('error');
   }
 
   async complete(): Promise<Decision> {

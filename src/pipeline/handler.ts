@@ -1,9 +1,10 @@
 import type { Exchange, HeaderBudget, RequestHandler, RequestHead } from './decision';
-import { BadRequestError, TooManyHeadersError } from './errors';
+import { BadRequestError, PathNotServedError, TooManyHeadersError } from './errors';
 import type { HandlerOptions } from './exchange-base';
 import { PassthroughExchange, RefusedExchange, RouteExchange } from './exchanges';
 import { DEFAULT_HEADER_POLICY, invalidHeaderMessage, screenHeaders } from './header-policy';
 import { isInferenceRequest, stripQuery } from './inference-request';
+import { DEFAULT_PATH_POLICY, pathAllowed } from './path-policy';
 import { PipelineExchange } from './pipeline-exchange';
 import type { Route } from './step';
 
@@ -11,14 +12,18 @@ export type { HandlerOptions } from './exchange-base';
 
 /**
  * Bridges the protocol layer to the pipeline: one {@link Exchange} per request Envoy shows us. It
- * screens the head (header policy, header budget) and picks the exchange: the pipeline for an
- * inference request (pipeline-exchange.ts), else a refusal, a step's route or a passthrough
- * (exchanges.ts).
+ * screens the head (path policy, header policy, header budget) and picks the exchange: the
+ * pipeline for an inference request (pipeline-exchange.ts), else a refusal, a step's route or a
+ * passthrough (exchanges.ts).
  */
 export class PipelineHandler implements RequestHandler {
   constructor(private readonly opts: HandlerOptions) {}
 
   begin(head: RequestHead): Exchange | null {
+    // First: a path the allow-list does not name is never forwarded, whatever Envoy's route was.
+    if (!pathAllowed(this.opts.pathPolicy ?? DEFAULT_PATH_POLICY, head.path)) {
+      return new RefusedExchange(this.opts, head.path, head.headers, new PathNotServedError(), 'path');
+    }
     const path = stripQuery(head.path);
     // Before anything reads them: untrusted gateway headers go, a non-ASCII value is refused.
     const screened = screenHeaders(head.headers, this.opts.headerPolicy ?? DEFAULT_HEADER_POLICY, head.origin, head.laterValues);
@@ -29,7 +34,7 @@ export class PipelineHandler implements RequestHandler {
       return exchange;
     }
     // Outside the pipeline the head is refused the same way, answered at once.
-    if (refusal) return new RefusedExchange(this.opts, path, screened.headers, refusal);
+    if (refusal) return new RefusedExchange(this.opts, path, screened.headers, refusal, 'headers');
     const matched = this.routeFor(head.method, path);
     if (matched) return new RouteExchange(this.opts, path, screened.headers, matched.route, matched.params);
     this.opts.observer?.decided('passthrough');

@@ -9,6 +9,9 @@ import type { ErrorClass } from './errors';
 /** What the service decided for one request Envoy showed it (`path_taken` in the access log). */
 export type DecisionPath = 'cascade' | 'cache_hit' | 'step_response' | 'error' | 'passthrough' | 'route';
 
+/** What {@link PipelineObserver.decided} reports. */
+export type OutsideDecision = 'route' | 'passthrough' | 'error';
+
 /** How one inference request ended, once. */
 export interface RequestResult {
   readonly path: DecisionPath;
@@ -54,8 +57,11 @@ export interface RequestStart {
 export interface PipelineObserver {
   /** An inference request began (its body has not arrived yet). */
   requestStarted(start: RequestStart): RequestObservation;
-  /** A decision outside the pipeline: a step-registered route answered, or the request passed untouched. */
-  decided(path: 'route' | 'passthrough'): void;
+  /**
+   * A decision outside the pipeline: a step-registered route answered, the request passed to
+   * decode, or its head was refused (a path not allowed, headers we cannot forward).
+   */
+  decided(path: OutsideDecision): void;
 }
 
 const NOOP_STEP: StepObservation = { ended: () => undefined };

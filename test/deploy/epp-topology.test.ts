@@ -21,7 +21,8 @@ import {
 } from '../../launch/epp-topology';
 import { ensureEnvoy } from '../../launch/envoy';
 import { envoyValidate } from './envoy-validate';
-import { allowedMatches, PIPELINE_PATHS, REFUSED_PATH_BODY } from '../../launch/path-policy';
+import { allowedMatches } from '../../launch/path-policy';
+import { PIPELINE_PATHS, REFUSED_PATH_BODY } from '../../src/pipeline/path-policy';
 
 type Json = Record<string, any>;
 
@@ -113,7 +114,7 @@ describe('no-Kubernetes topology files (launch/epp-topology.ts)', () => {
     const stripped = (pub['http_filters'][0]['typed_config']['mutations']['request_mutations'] as Json[]).map((m) => m['remove']);
     expect(stripped).toEqual(expect.arrayContaining(['epp-profile', 'x-gateway-destination-endpoint', 'prefer', 'x-llm-d-pin-host-port']));
     const routes = pub['route_config']['virtual_hosts'][0]['routes'] as Json[];
-    // The path policy of envoy/: the allow-list of launch/path-policy.ts, then Envoy's own 404
+    // The path policy of envoy/: the allow-list of src/pipeline/path-policy.ts, then Envoy's own 404
     // for everything else, with neither ext_proc filter running.
     const allowed = routes.slice(0, -1);
     expect(allowed.map((r) => r['match'])).toEqual(allowedMatches());

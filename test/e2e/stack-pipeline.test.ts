@@ -1,10 +1,12 @@
 /**
  * Issue #12: the quick-start stack runs the full E/P/D pipeline, and its printed image request
  * (the README's) answers 200 with an encode leg; a pipeline that cannot serve images says so, at
- * start-up and with a 400, instead of a 502 "internal error".
+ * start-up and with a 400, instead of a 502 "internal error". Issue #19: `models.list` through the
+ * stack lists the served model.
  */
 import { readFileSync } from 'node:fs';
 import { join } from 'node:path';
+import OpenAI from 'openai';
 import { REPO_ROOT } from '../../launch/envoy-bootstrap';
 import { STACK_IMAGE_REQUEST, stackSteps } from '../../launch/local-stack';
 import { TestClient } from '../../launch/client';
@@ -44,6 +46,15 @@ describe("the stack's pipeline (npm run stack)", () => {
     expect(encodeLeg.response_code).toBe(200);
     const pub = await stack.accessLog.waitFor((e) => e.listener === 'public' && e.x_request_id === id);
     expect(pub).toMatchObject({ response_code: 200, path_taken: 'cascade', mm_entries: 1 });
+  });
+
+  test("models.list shows the served model: the async broker has no route models, so decode's list passes through", async () => {
+    stack.reset();
+    const openai = new OpenAI({ baseURL: `${stack.publicUrl}/v1`, apiKey: 'unused', maxRetries: 0 });
+    const models = [];
+    for await (const m of openai.models.list()) models.push(m);
+    expect(models.map((m) => [m.id, m.owned_by])).toEqual([['sim-model', 'epd-sim']]);
+    expect(stack.sims.decode.requests.map((r) => [r.method, r.path, r.headers['epp-profile']])).toEqual([['GET', '/v1/models', 'decode']]);
   });
 });
 

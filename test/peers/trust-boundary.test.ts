@@ -24,7 +24,7 @@ import fc from 'fast-check';
 import { Client } from 'undici';
 import { EPP_STACK_MODEL, freeEppStackPorts, startEppStack, type EppStack, type EppStackPorts } from '../../launch/epp-stack';
 import type { WorkerRole } from '../../launch/epp-topology';
-import { KNOWN_CONTROL_PATHS, REFUSED_PATH_BODY } from '../../launch/path-policy';
+import { KNOWN_CONTROL_PATHS, REFUSED_PATH_BODY } from '../../src/pipeline/path-policy';
 import { GATEWAY_HEADERS } from '../../src/pipeline/header-policy';
 import { fuzzSeed } from '../fuzz/support/settings';
 import { LATIN1_VALUE, PATH_VARIANTS, spoofedGatewayHeaders } from '../support/trust-cases';

@@ -193,8 +193,8 @@ describe('at request_headers (the pipeline handler)', () => {
       s.end();
       await s.rest();
     }
-    // Answered from the head: nothing was passed through and no pipeline ran.
-    expect(decided).toEqual([]);
+    // Answered from the head: counted as refused, nothing was passed through and no pipeline ran.
+    expect(decided).toEqual(['error', 'error']);
     expect(results).toEqual([]);
   });
 

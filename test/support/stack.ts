@@ -46,6 +46,10 @@ export interface StackOptions {
   readonly extProcStreamCap?: number;
   /** `server.trusted_client_headers`. Default none. */
   readonly trustedClientHeaders?: readonly string[];
+  /** The public listener without Envoy's path policy: every path goes to the coordinator (launch/envoy-bootstrap.ts catchAll). */
+  readonly envoyCatchAll?: boolean;
+  /** Edits the rendered Envoy bootstrap before Envoy reads it (launch/envoy.ts editConfig). */
+  readonly editEnvoyConfig?: (yaml: string) => string;
   /** A whole coordinator config document instead of {@link stackConfigDoc} (given the addresses). */
   readonly configDoc?: (urls: { gateway: string; render: string }) => Record<string, unknown>;
 }
@@ -132,7 +136,9 @@ export async function startStack(opts: StackOptions = {}): Promise<Stack> {
         envoy = await startEnvoy({
           dir: join(dir, 'envoy'),
           logLevel: opts.envoyLogLevel,
+          ...(opts.editEnvoyConfig ? { editConfig: opts.editEnvoyConfig } : {}),
           bootstrap: {
+            ...(opts.envoyCatchAll ? { catchAll: true } : {}),
             bodyMode: opts.bodyMode ?? 'full_duplex',
             gatewayPort,
             extProcAddress: `127.0.0.1:${service.grpcPort}`,

@@ -71,11 +71,27 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- $_ := set $server "tls_client_ca_file" (printf "%s/ca.crt" (include "epd.tlsDir" .)) }}
 {{- end }}
 {{- end }}
+{{- /* The service enforces the public route's allow-list too: a path opened here is open there. */}}
+{{- $_ := set $server "allowed_paths" (include "epd.allowedPaths" . | fromYamlArray) }}
 {{- $cfg := deepCopy (omit .Values.config "server" "gateway") }}
 {{- $_ := set $cfg "server" (mergeOverwrite $server (deepCopy (default dict .Values.config.server))) }}
 {{- $_ := set $cfg "gateway" (mergeOverwrite (deepCopy (default dict .Values.config.gateway)) (dict "address" (include "epd.gatewayAddress" .))) }}
 {{- $_ := set $cfg "pipeline" .Values.pipeline }}
 {{- toYaml $cfg }}
+{{- end }}
+
+{{/*
+gateways.pathPolicy as the coordinator's server.allowed_paths: the exact paths, then each prefix as
+/prefix/* (the trailing slash optional in the values, as for the route's PathPrefix).
+*/}}
+{{- define "epd.allowedPaths" -}}
+{{- $pp := .Values.gateways.pathPolicy }}
+{{- range concat (default list $pp.pipelinePaths) (default list $pp.decodePaths) }}
+- {{ . | quote }}
+{{- end }}
+{{- range concat (default list $pp.servicePrefixes) (default list $pp.decodePrefixes) }}
+- {{ printf "%s/*" (trimSuffix "/" .) | quote }}
+{{- end }}
 {{- end }}
 
 {{/* Public route parents: the chart's Gateway, or gateways.public.parentRefs. */}}

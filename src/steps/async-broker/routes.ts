@@ -97,15 +97,20 @@ export function deleteRoute(cfg: AsyncBrokerConfig, store: BrokerStore): Route {
   };
 }
 
-/** `GET /v1/models`: the routed model names (no tenant filtering). */
+/**
+ * `GET /v1/models`: the routed model names (no tenant filtering). Without any (no route names a
+ * model), the route matches nothing and the request passes through to decode, so a client sees the
+ * served model as vLLM lists it rather than an empty list; upstream answers `{"data":[]}`.
+ */
 export function modelsRoute(cfg: AsyncBrokerConfig): Route {
+  const models = routedModels(cfg.routes);
   const body = goEncode({
-    data: routedModels(cfg.routes).map((id) => ({ id, object: 'model', owned_by: 'llm-d-async' })),
+    data: models.map((id) => ({ id, object: 'model', owned_by: 'llm-d-async' })),
     object: 'list',
   });
   return {
     method: 'GET',
-    match: (path) => (path === '/v1/models' ? {} : null),
+    match: (path) => (path === '/v1/models' && models.length > 0 ? {} : null),
     handle: async () => ({ status: 200, headers: { 'content-type': 'application/json' }, body }),
   };
 }

@@ -21,8 +21,10 @@ import {
   REFUSED_PATH_BODY,
   REFUSED_PATH_STATUS,
   SERVICE_PREFIXES,
-  allowedMatches,
-} from '../../../launch/path-policy';
+  pathAllowed,
+  pathPolicy,
+} from '../../../src/pipeline/path-policy';
+import { allowedMatches } from '../../../launch/path-policy';
 import { CrdCatalog, SHARED_CRDS_DIR, envoyGatewayCrdDirs } from './crd-catalog';
 import {
   EGCTL,
@@ -127,7 +129,7 @@ interface RouteRule {
   backendRefs?: { kind: string; name: string }[];
 }
 type Route = K8sObject & { spec: { parentRefs: Json[]; rules: RouteRule[] } };
-/** launch/path-policy.ts's matches as Gateway API writes them (PathPrefix matches whole segments, without the trailing slash). */
+/** The path policy's matches as Gateway API writes them (PathPrefix matches whole segments, without the trailing slash). */
 const toGatewayApi = (m: { path: string } | { prefix: string }) =>
   'path' in m ? { path: { type: 'Exact', value: m.path } } : { path: { type: 'PathPrefix', value: m.prefix.replace(/\/$/, '') } };
 const rulesOf = (objs: readonly K8sObject[], name = 'epd-inference') => find<Route>(objs, 'HTTPRoute', name).spec.rules;
@@ -443,7 +445,7 @@ const helmTitle = 'Helm chart charts/epd-coordinator';
       expect({ status: r.status, says: /secretName/.test(r.stderr) }).toEqual({ status: 1, says: true });
     });
 
-    test("path policy: values.yaml's lists are launch/path-policy.ts's, the public route allows exactly them, and every other path gets config/k8s's 404 without the coordinator", () => {
+    test("path policy: values.yaml's lists are src/pipeline/path-policy.ts's, the public route and the coordinator's server.allowed_paths allow exactly them, and every other path gets config/k8s's 404 without the coordinator", () => {
       // One source of truth: the chart's defaults are the policy's lists, as they are written there.
       const values = yaml.load(fs.readFileSync(path.join(CHART_DIR, 'values.yaml'), 'utf8')) as { gateways: { pathPolicy: Json } };
       expect(values.gateways.pathPolicy).toEqual({
@@ -492,12 +494,19 @@ const helmTitle = 'Helm chart charts/epd-coordinator';
       });
 
       // An operator opens a path on purpose by adding it to a list; nothing else changes.
-      const opened = rulesOf(
-        render({
-          gateways: { pathPolicy: { decodePaths: [...DECODE_PATHS, '/v1/my-api'], decodePrefixes: [...DECODE_PREFIXES, '/v1/files/'] } },
-        }),
-      );
+      const openedObjs = render({
+        gateways: { pathPolicy: { decodePaths: [...DECODE_PATHS, '/v1/my-api'], decodePrefixes: [...DECODE_PREFIXES, '/v1/files/'] } },
+      });
+      const opened = rulesOf(openedObjs);
       expect(opened[0]).toEqual(rules[0]);
+      // The coordinator serves the same list (server.allowed_paths): what the chart opens, the service opens.
+      const served = pathPolicy(parseConfig(coordinatorYaml(openedObjs), {}).server.allowedPaths!);
+      expect(served).toEqual({
+        exact: new Set([...PIPELINE_PATHS, ...DECODE_PATHS, '/v1/my-api']),
+        prefixes: [...SERVICE_PREFIXES, ...DECODE_PREFIXES, '/v1/files/'],
+      });
+      expect(pathAllowed(served, '/v1/files/file-1')).toBe(true);
+      expect(pathAllowed(pathPolicy(parseConfig(coordinatorYaml(defaults), {}).server.allowedPaths!), '/v1/my-api')).toBe(false);
       expect(opened[1]!.matches).toEqual(
         [
           ...[...DECODE_PATHS, '/v1/my-api'].map((p) => ({ path: p })),
@@ -505,8 +514,12 @@ const helmTitle = 'Helm chart charts/epd-coordinator';
         ].map(toGatewayApi),
       );
       // No decode APIs at all: the rule is dropped, not left without matches (which would match every path).
-      const pipelineOnly = rulesOf(render({ gateways: { pathPolicy: { decodePaths: [], decodePrefixes: [] } } }));
-      expect(pipelineOnly).toEqual([rules[0]]);
+      const pipelineOnlyObjs = render({ gateways: { pathPolicy: { decodePaths: [], decodePrefixes: [] } } });
+      expect(rulesOf(pipelineOnlyObjs)).toEqual([rules[0]]);
+      expect(parseConfig(coordinatorYaml(pipelineOnlyObjs), {}).server.allowedPaths).toEqual([
+        ...PIPELINE_PATHS,
+        ...SERVICE_PREFIXES.map((p) => `${p}*`),
+      ]);
     });
 
     test('metrics off: no metrics port, scrape annotations or ServiceMonitor, and coordinator.yaml turns the listener off', () => {

@@ -12,7 +12,14 @@ import { StepRegistry } from '../../../src/pipeline/registry';
 import type { StepDeps } from '../../../src/pipeline/step';
 import type { SideCallClient } from '../../../src/gateway/client';
 import { registerBuiltinSteps } from '../../../src/steps';
-import { allowedMatches, REFUSED_PATH_BODY, REFUSED_PATH_STATUS } from '../../../launch/path-policy';
+import { allowedMatches } from '../../../launch/path-policy';
+import {
+  allowedPathEntries,
+  DEFAULT_PATH_POLICY,
+  pathPolicy,
+  REFUSED_PATH_BODY,
+  REFUSED_PATH_STATUS,
+} from '../../../src/pipeline/path-policy';
 import { CrdCatalog, SHARED_CRDS_DIR, envoyGatewayCrdDirs } from './crd-catalog';
 import {
   K8S_DIR,
@@ -441,7 +448,7 @@ describe('Envoy Gateway wiring', () => {
     }
   });
 
-  test('the public route allows exactly the paths of launch/path-policy.ts, and removes client routing headers', () => {
+  test('the public route allows exactly the paths of src/pipeline/path-policy.ts, and removes client routing headers', () => {
     const route = publicRoute();
     const toK8s = (m: { path: string } | { prefix: string }) =>
       'path' in m ? { path: { type: 'Exact', value: m.path } } : { path: { type: 'PathPrefix', value: m.prefix.replace(/\/$/, '') } };
@@ -451,6 +458,12 @@ describe('Envoy Gateway wiring', () => {
       const modifier = (rule.filters ?? []).find((f) => f.type === 'RequestHeaderModifier');
       expect(modifier?.requestHeaderModifier?.remove).toEqual(expect.arrayContaining(ROUTING_HEADERS));
     }
+  });
+
+  test("the coordinator's server.allowed_paths is the same allow-list, so the service refuses what the route refuses", () => {
+    const entries = coordinatorConfig().server.allowedPaths!;
+    expect(entries).toEqual(allowedPathEntries());
+    expect(pathPolicy(entries)).toEqual(DEFAULT_PATH_POLICY);
   });
 
   test('every other public path gets a 404 direct response in the OpenAI error shape, without the coordinator', () => {

@@ -36,8 +36,8 @@ describe('PipelineHandler', () => {
   test.each([
     ['GET', '/v1/chat/completions'],
     ['POST', '/v1/models'],
-    ['POST', '/v1/chat/completions/extra'],
-    ['POST', '/healthz'],
+    ['POST', '/v1/embeddings?x=1'],
+    ['GET', '/v1/models/org/model-1.5'],
   ])('%s %s goes on to decode as it came, with EPP-Profile: decode (upstream passthrough)', async (method, path) => {
     let ran = false;
     const ex = handler([step('decode', () => void (ran = true))]).begin({ method, path, headers: { 'x-request-id': 'p-1' } })!;

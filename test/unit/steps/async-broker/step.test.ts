@@ -297,6 +297,13 @@ describe('routes (TestAsyncBrokerRoutes, TestAsyncBrokerFetchGraceConfig)', () =
     );
   });
 
+  test('GET /v1/models without routed models is not answered by the step: it passes through to decode', async () => {
+    const { routes } = build({ ...base(), routes: [{ queue: 'catch-all' }, { tenant: 't', queue: 'q' }] });
+    expect(routes.filter((r) => r.method === 'GET' && r.match('/v1/models'))).toEqual([]);
+    // The result routes are still the step's.
+    expect(routes.filter((r) => r.method === 'GET' && r.match('/v1/requests/abc'))).toHaveLength(1);
+  });
+
   test('unknown id -> 410 UNKNOWN_REQUEST', async () => {
     const { routes } = build(base());
     const r = await route(routes, 'GET', '/v1/requests/nope', { 'X-Team': 'team-a' });
