@@ -6,8 +6,10 @@
  * - non-streaming: `{"id":"resp_<rid>","model","object":"response","created_at","status":"completed",
  *   "instructions"?,"output":[{"type":"message","role":"assistant","status":"completed",
  *   "content":[{"type":"output_text","text"}]}],"text":{"format":{"type":"text"}},
- *   "usage":{"input_tokens","output_tokens","total_tokens"}}`. No `kv_transfer_params` or
- *   `ec_transfer_params`: the real worker's Responses route answers none, prefill or encode leg alike;
+ *   "usage":{"input_tokens","output_tokens","total_tokens"},"kv_transfer_params"?,"ec_transfer_params"?}`.
+ *   The transfer params are vLLM's (its Responses answers carry `kv_transfer_params`), not the real
+ *   sim's, which answers none: the one shape difference the parity test allows, so that the e2e
+ *   suites can check what the pipeline does with them;
  * - streaming, as `event:` + `data:` frames: `response.created`, `response.in_progress`,
  *   `response.output_item.added`, `response.content_part.added`, one `response.output_text.delta`
  *   per token, `response.output_text.done`, `response.content_part.done`,
@@ -78,7 +80,11 @@ function responseObject(gen: Generation, rid: string, createdAt: number, instruc
     answer.output = [{ type: 'message', role: 'assistant', status: 'completed', content: [{ type: 'output_text', text }] }];
   }
   answer.text = { format: { type: 'text' } };
-  if (text !== undefined) answer.usage = usageOf(gen);
+  if (text !== undefined) {
+    answer.usage = usageOf(gen);
+    if (gen.kvTransferParams) answer.kv_transfer_params = gen.kvTransferParams;
+    if (gen.ecTransferParams) answer.ec_transfer_params = gen.ecTransferParams;
+  }
   return answer;
 }
 

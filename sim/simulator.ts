@@ -13,6 +13,7 @@ import { FaultTable } from './faults';
 import { RESPONSES_PATH, RESPONSES_RENDER_PATH, responsesAsChat, responsesReply } from './responses-api';
 import { Endpoint, generate } from './generation';
 import { parseJson, readBody } from './http-body';
+import { MESSAGES_PATH, messagesAsChat, messagesReply } from './messages-api';
 import { EMBEDDINGS_PATH, embeddingsReply, MAX_MODEL_LEN, TOKENIZE_PATH, tokenizeReply } from './passthrough-apis';
 import { resolveOptions, SimulatorSettings } from './options';
 import { PREFIX_MISS_BODY, PrefixCache, prefersIfAvailable, prefixKey } from './prefix-cache';
@@ -321,6 +322,7 @@ class SimulatorServer implements Simulator {
       RENDER_PATHS.has(path) ||
       GET_PATHS.has(path) ||
       path === TOKENIZE_PATH ||
+      path === MESSAGES_PATH ||
       // llm-d-inference-sim registers no embeddings route with --mm-encoder-only.
       (path === EMBEDDINGS_PATH && this.settings.role !== 'encode') ||
       (path === RESPONSES_RENDER_PATH && this.settings.responsesRender);
@@ -338,6 +340,7 @@ class SimulatorServer implements Simulator {
     if (path === RESPONSES_RENDER_PATH) return jsonReply(200, renderChat(responsesAsChat(request)));
     if (path === TOKENIZE_PATH) return jsonReply(200, tokenizeReply(request));
     if (path === EMBEDDINGS_PATH) return jsonReply(200, embeddingsReply(request));
+    if (path === MESSAGES_PATH) return messagesReply(generate('chat', messagesAsChat(request), requestId, this.settings), requestId);
     if (path === RESPONSES_PATH) {
       this.noteModel(request.model);
       const gen = generate('chat', responsesAsChat(request), requestId, this.settings);
