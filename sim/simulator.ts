@@ -361,7 +361,15 @@ class SimulatorServer implements Simulator {
     const created = Math.floor(Date.now() / 1000);
     return {
       object: 'list',
-      data: names.map((id) => ({ id, object: 'model', created, owned_by: 'vllm', root: id, parent: null, max_model_len: MAX_MODEL_LEN })),
+      data: names.map((id) => ({
+        id,
+        object: 'model',
+        created,
+        owned_by: 'epd-sim',
+        root: id,
+        parent: null,
+        max_model_len: MAX_MODEL_LEN,
+      })),
     };
   }
 }

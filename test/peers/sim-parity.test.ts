@@ -13,7 +13,8 @@
  * - echo mode: llm-d-inference-sim echoes the whole prompt whatever `max_tokens` says (finish
  *   reason `length` when it is longer), ours stops at `max_tokens`; a chat echo is its last message,
  *   ours the last user message;
- * - ids and timestamps (`chatcmpl-<request id>` vs `cmpl-<request id>-0`, `created`).
+ * - ids and timestamps (`chatcmpl-<request id>` vs `cmpl-<request id>-0`, `created`), and a
+ *   model's `owned_by` (`epd-sim`, theirs `vllm`).
  *
  * One difference of shape is allowed, in ALLOWED below.
  *
