@@ -142,7 +142,7 @@ export function defineApiCases(target: () => ConformanceTarget, opts: CaseOption
       expect(err).toBeInstanceOf(NotFoundError);
     });
 
-    it('a 429 from the prefill worker: RateLimitError naming the step and the status, with the request id', async () => {
+    it("a 429 from the prefill worker: RateLimitError naming the step and the status, with the worker's message and the request id", async () => {
       const failure = await t.failPrefill('rate-limit');
       try {
         const id = nextId('ratelimit');
@@ -153,6 +153,8 @@ export function defineApiCases(target: () => ConformanceTarget, opts: CaseOption
         expect(err.status).toBe(429);
         expect(err.message).toMatch(/prefill/);
         expect(err.message).toMatch(/429/);
+        // A worker's 4xx message is relayed (the one exception to "upstream bodies never reach the client").
+        expect(err.message).toContain(failure.upstreamText);
         expect(err.headers?.get('x-request-id')).toBe(id);
         expect(err.requestID).toBe(id);
       } finally {

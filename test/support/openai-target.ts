@@ -14,9 +14,9 @@ export interface WorkerLeg {
   readonly json: unknown;
 }
 
-/** What a failing prefill worker answered, to be found nowhere in the client's answer. */
+/** What a failing prefill worker answers, and how to stop it. */
 export interface PrefillFailure {
-  /** Text of the worker's body that must not reach the client. */
+  /** A phrase of the worker's error message: relayed to the client on a 4xx, never on a 5xx. */
   readonly upstreamText: string;
   restore(): Promise<void>;
 }
