@@ -11,10 +11,11 @@
 import { BadRequestError } from './errors';
 import type { BodyCodec, JsonObject } from './json-body';
 import { checkRequestLimits, type RequestLimits } from './request-limits';
+import { RESPONSES_API_PATH } from './responses-request';
 
+// The pipeline's inference paths (inference-request.ts); matched exactly, as there.
 const CHAT_PATH = '/v1/chat/completions';
 const COMPLETIONS_PATH = '/v1/completions';
-const RESPONSES_PATH = '/v1/responses';
 const GENERATE_PATH = '/inference/v1/generate';
 
 /**
@@ -167,7 +168,7 @@ export function checkInferenceRequest(path: string, body: JsonObject, codec: Bod
     case COMPLETIONS_PATH:
       checkCompletions(body);
       return checkRequestLimits(body, limits, codec, 'count');
-    case RESPONSES_PATH:
+    case RESPONSES_API_PATH:
       checkResponses(body);
       return checkRequestLimits(body, limits, codec, 'either');
     case GENERATE_PATH: {

@@ -282,6 +282,22 @@ suite(`request limits with the real llm-d EPP and llm-d-inference-sim (PEERS_BIN
     await expectPeersAlive();
   }, 30_000);
 
+  it("a real worker's 4xx: our error shape, the step and status, then the worker's own message (issue 19 item 3)", async () => {
+    const id = `limits-u-${process.pid}-${++seq}`;
+    const { status, text } = await send('chat', JSON.stringify({ ...base('chat', 'who'), model: 'no-such-model' }), id);
+    expect({ status, json: JSON.parse(text) as unknown }).toEqual({
+      status: 404,
+      json: {
+        error: {
+          message: `render rejected the request: HTTP 404: The model \`no-such-model\` does not exist. (request_id: ${id})`,
+          type: 'invalid_request_error',
+          param: null,
+          code: 404,
+        },
+      },
+    });
+  });
+
   // The control (PEERS_LIMITS_CONTROL=1): without the service in front, one of the extremes kills
   // a worker, so the checks above can fail. It is the last case, as it leaves that worker dead.
   (process.env['PEERS_LIMITS_CONTROL'] === '1' ? it : it.skip)(

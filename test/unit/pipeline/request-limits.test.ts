@@ -199,6 +199,14 @@ describe('request limits through the handler', () => {
     expect(ok.metadata['path_taken']).toBe('passthrough');
   });
 
+  it('a /v1/messages body that is not a JSON object is a 400, as on the inference paths', async () => {
+    const d = await handler
+      .begin({ method: 'POST', path: '/v1/messages', headers: { 'x-request-id': 'lim-2' } })!
+      .complete(Buffer.from('{"max_tokens":'));
+    expect(d).toMatchObject({ kind: 'respond', status: 400 });
+    expect(message(d)).toBe('invalid JSON body (request_id: lim-2)');
+  });
+
   it('other passthrough APIs are not parsed: an n there is not ours to judge', async () => {
     const d = await send('/v1/embeddings', { input: 'x', n: 2 ** 53 });
     expect(d.kind).toBe('forward');
