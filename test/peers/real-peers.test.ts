@@ -99,6 +99,13 @@ suite(`real peers: Envoy + llm-d EPP (file discovery) + llm-d-inference-sim + ll
     for (const role of ['encode', 'prefill', 'decode'] as const) expect(legs(role, id)).toEqual([]);
   });
 
+  it('GET /v1/models lists the served model as llm-d-inference-sim does: the async broker has no route models and passes it to decode', async () => {
+    const res = await fetch(`${stack.publicUrl}/v1/models`, { headers: { 'x-request-id': nextId('models') } });
+    expect(res.status).toBe(200);
+    const body = (await res.json()) as { data: Array<{ id: string; owned_by: string }> };
+    expect(body.data.map((m) => [m.id, m.owned_by])).toEqual([[MODEL, 'vllm']]);
+  });
+
   it("text chat: prefill then decode, each picked by the EPP; the probe is the EPP's 412; kv_transfer_params carried from prefill to decode", async () => {
     const id = nextId('text');
     const res = await client.post(
