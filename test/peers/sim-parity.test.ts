@@ -20,7 +20,7 @@
  *
  * Version run against: llm-d-inference-sim main eec055a3.
  */
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { EPP_STACK_MODEL, simArgv } from '../../launch/epp-stack';
@@ -246,27 +246,26 @@ suite(`sim/ against llm-d-inference-sim: same requests, same statuses and body s
   const real: Partial<Record<Worker, { port: number; child: Child }>> = {};
   const ours: Partial<Record<Worker, Simulator>> = {};
 
-  beforeAll(async () => {
-    dir = mkdtempSync(join(tmpdir(), 'epd-parity-'));
-    const roles = { render: 'render', worker: 'decode', encode: 'encode' } as const;
-    for (const worker of ['render', 'worker', 'encode'] as const) {
+  /**
+   * One llm-d-inference-sim, up once /health answers. A free port can be taken between the probe and
+   * the bind (other suites start processes meanwhile): then it exits, and another port is tried.
+   */
+  async function startReal(worker: Worker, role: 'render' | 'decode' | 'encode'): Promise<{ port: number; child: Child }> {
+    const logPath = join(dir, `${worker}.log`);
+    for (let attempt = 1; ; attempt++) {
       const port = await freePort();
       const child = await startChild({
         name: `real-${worker}`,
         command: peerBin('llm-d-inference-sim'),
-        args: simArgv(roles[worker], port, []),
-        logPath: join(dir, `${worker}.log`),
+        args: simArgv(role, port, []),
+        logPath,
         ready: /^/,
         env: { ...process.env, GOMAXPROCS: '1' },
       });
-      real[worker] = { port, child };
-      ours[worker] = await startSimulator({ name: `sim-${worker}`, role: roles[worker], port: 0 });
-    }
-    for (const [worker, r] of Object.entries(real)) {
-      await waitUntil(
+      const up = await waitUntil(
         async () => {
-          if (!r.child.isRunning()) throw new Error(`llm-d-inference-sim (${worker}) exited; see ${dir}/${worker}.log`);
-          return fetch(`http://127.0.0.1:${r.port}/health`).then(
+          if (!child.isRunning()) throw new Error('exited');
+          return fetch(`http://127.0.0.1:${port}/health`).then(
             (res) => res.ok,
             () => false,
           );
@@ -274,9 +273,27 @@ suite(`sim/ against llm-d-inference-sim: same requests, same statuses and body s
         `llm-d-inference-sim (${worker}) /health`,
         30_000,
         100,
+      ).then(
+        () => true,
+        async (err: Error) => {
+          await child.stop(1000);
+          if (attempt >= 3)
+            throw new Error(`llm-d-inference-sim (${worker}): ${err.message}; log:\n${readFileSync(logPath, 'utf8').slice(-2000)}`);
+          return false;
+        },
       );
+      if (up) return { port, child };
     }
-  }, 60_000);
+  }
+
+  beforeAll(async () => {
+    dir = mkdtempSync(join(tmpdir(), 'epd-parity-'));
+    const roles = { render: 'render', worker: 'decode', encode: 'encode' } as const;
+    for (const worker of ['render', 'worker', 'encode'] as const) {
+      real[worker] = await startReal(worker, roles[worker]);
+      ours[worker] = await startSimulator({ name: `sim-${worker}`, role: roles[worker], port: 0 });
+    }
+  }, 120_000);
 
   afterAll(async () => {
     for (const r of Object.values(real)) await r.child.stop(3000);
