@@ -1,13 +1,14 @@
 /**
- * Wire shapes of /v1/chat/completions, /v1/completions and /inference/v1/generate answers.
+ * Wire shapes of /v1/chat/completions, /v1/completions and /inference/v1/generate answers, as
+ * llm-d-inference-sim answers them (test/peers/sim-parity.test.ts compares them):
  *
- * Generate (vLLM tokens-in, as llm-d-inference-sim answers it):
- * - non-streaming: `{"id":"gen-<rid>","object":"generate","created","model","request_id":"<rid>",
- *   "choices":[{"index":0,"finish_reason","token_ids":[...]}],"usage":{...},
- *   "kv_transfer_params"?: {...}, "ec_transfer_params": {...} | null}`
- * - streaming: one `{"request_id","choices":[{"index":0,"finish_reason":null,"token_ids":[id]}]}`
- *   per token, then one with `finish_reason` and `token_ids: []`, then (with
- *   `stream_options.include_usage`) `{"request_id","choices":[],"usage"}`, then `[DONE]`.
+ * - chat / completions: choices without `logprobs`; `usage` with `prompt_tokens_details.cached_tokens`.
+ *   Streamed, every chunk has `usage: null` but the last (with `stream_options.include_usage`:
+ *   `choices: []` and the usage); a chat stream opens with a `{"role":"assistant"}` delta.
+ * - generate (vLLM tokens-in), non-streaming: `{"choices":[{"index":0,"finish_reason","token_ids":[...]}],
+ *   "request_id":"<rid>","kv_transfer_params"?: {...},"ec_transfer_params": {...} | null}`;
+ *   streaming: one `{"request_id","choices":[{"index":0,"finish_reason","token_ids":[id]}]}` per
+ *   token, the last with the finish reason, then `[DONE]`.
  */
 
 import type { Endpoint, Generation } from './generation';
@@ -28,6 +29,7 @@ function usageOf(gen: Generation): JsonObject {
     prompt_tokens: gen.promptTokens,
     completion_tokens: completion,
     total_tokens: gen.promptTokens + completion,
+    prompt_tokens_details: { cached_tokens: 0 },
   };
 }
 
@@ -44,7 +46,7 @@ function nonStreaming(endpoint: Endpoint, gen: Generation, httpRequestId: string
       object: 'chat.completion',
       created,
       model: gen.model,
-      choices: [{ index: 0, message: { role: 'assistant', content: text }, logprobs: null, finish_reason: gen.finishReason }],
+      choices: [{ index: 0, message: { role: 'assistant', content: text }, finish_reason: gen.finishReason }],
       usage: usageOf(gen),
     };
   } else if (endpoint === 'completions') {
@@ -53,18 +55,14 @@ function nonStreaming(endpoint: Endpoint, gen: Generation, httpRequestId: string
       object: 'text_completion',
       created,
       model: gen.model,
-      choices: [{ index: 0, text, logprobs: null, finish_reason: gen.finishReason }],
+      choices: [{ index: 0, text, finish_reason: gen.finishReason }],
       usage: usageOf(gen),
     };
   } else {
+    // No id, object, created, model or usage: the real sim's generate answer has none.
     answer = {
-      id: `gen-${gen.requestId}`,
-      object: 'generate',
-      created,
-      model: gen.model,
-      request_id: gen.requestId,
       choices: [{ index: 0, finish_reason: gen.finishReason, token_ids: gen.tokenIds }],
-      usage: usageOf(gen),
+      request_id: gen.requestId,
       // Not omitted when empty: the real sim's generate answer always has the key.
       ec_transfer_params: gen.ecTransferParams ?? null,
     };
@@ -77,30 +75,31 @@ function nonStreaming(endpoint: Endpoint, gen: Generation, httpRequestId: string
 function streamChunks(endpoint: Endpoint, gen: Generation, httpRequestId: string, created: number): JsonObject[] {
   const chunks: JsonObject[] = [];
   if (endpoint === 'generate') {
+    // The last token's chunk carries the finish reason; no closing chunk, no usage chunk.
     const base = { request_id: gen.requestId };
-    for (const id of gen.tokenIds) {
-      chunks.push({ ...base, choices: [{ index: 0, finish_reason: null, token_ids: [id] }] });
-    }
-    chunks.push({ ...base, choices: [{ index: 0, finish_reason: gen.finishReason, token_ids: [] }] });
-    if (gen.includeUsage) chunks.push({ ...base, choices: [], usage: usageOf(gen) });
+    gen.tokenIds.forEach((id, i) => {
+      const finish = i === gen.tokenIds.length - 1 ? gen.finishReason : null;
+      chunks.push({ ...base, choices: [{ index: 0, finish_reason: finish, token_ids: [id] }] });
+    });
+    if (gen.tokenIds.length === 0) chunks.push({ ...base, choices: [{ index: 0, finish_reason: gen.finishReason, token_ids: [] }] });
     return chunks;
   }
   const chat = endpoint === 'chat';
+  // `usage` is null on every chunk but the usage chunk.
   const base = {
     id: chat ? `chatcmpl-${httpRequestId}` : `cmpl-${httpRequestId}`,
     object: chat ? 'chat.completion.chunk' : 'text_completion',
     created,
     model: gen.model,
+    usage: null,
   };
-  gen.words.forEach((word, i) => {
-    const choice = chat
-      ? { index: 0, delta: i === 0 ? { role: 'assistant', content: word } : { content: word }, logprobs: null, finish_reason: null }
-      : { index: 0, text: word, logprobs: null, finish_reason: null };
+  // A chat stream opens with the role alone.
+  if (chat) chunks.push({ ...base, choices: [{ index: 0, finish_reason: null, delta: { role: 'assistant' } }] });
+  for (const word of gen.words) {
+    const choice = chat ? { index: 0, finish_reason: null, delta: { content: word } } : { index: 0, finish_reason: null, text: word };
     chunks.push({ ...base, choices: [choice] });
-  });
-  const last = chat
-    ? { index: 0, delta: {}, logprobs: null, finish_reason: gen.finishReason }
-    : { index: 0, text: '', logprobs: null, finish_reason: gen.finishReason };
+  }
+  const last = chat ? { index: 0, finish_reason: gen.finishReason, delta: {} } : { index: 0, finish_reason: gen.finishReason, text: '' };
   chunks.push({ ...base, choices: [last] });
   if (gen.includeUsage) chunks.push({ ...base, choices: [], usage: usageOf(gen) });
   return chunks;
@@ -114,10 +113,11 @@ export function completionReply(endpoint: Endpoint, gen: Generation, httpRequest
     return jsonReply(200, nonStreaming(endpoint, gen, httpRequestId, created), Math.min(simulated, MAX_SIMULATED_MS));
   }
   const chunks = streamChunks(endpoint, gen, httpRequestId, created);
+  // Only token frames cost time; the role frame goes out at once, the closing frames follow the last token at once.
+  const firstToken = endpoint === 'chat' ? 1 : 0;
   const frames: SseFrame[] = chunks.map((chunk, i) => ({
     data: sseFrame(chunk),
-    // Only token frames cost time; the closing frames follow the last token at once.
-    delayMs: i === 0 ? timing.timeToFirstTokenMs : i < tokens ? timing.interTokenLatencyMs : 0,
+    delayMs: i < firstToken ? 0 : i === firstToken ? timing.timeToFirstTokenMs : i < firstToken + tokens ? timing.interTokenLatencyMs : 0,
   }));
   frames.push({ data: sseFrame('[DONE]'), delayMs: 0 });
   return { kind: 'stream', status: 200, headers: SSE_HEADERS, frames };

@@ -86,13 +86,17 @@ function maxTokensOf(endpoint: Endpoint, body: JsonObject): number | undefined {
   return completionCap ?? positiveInt(body.max_tokens, 'max_tokens');
 }
 
-/** The first prompt of a completions request as text; token ids are echoed as ids joined by spaces. */
-function completionPromptText(prompt: unknown): string {
-  if (typeof prompt === 'string') return prompt;
+/**
+ * The echo of the first prompt of a completions request, as pieces (one per output token): a text's
+ * words, or token ids as llm-d-inference-sim replays them, `"<id>,"` per id but the last (joined:
+ * `"1,2,3"`).
+ */
+function completionEchoPieces(prompt: unknown): string[] {
+  if (typeof prompt === 'string') return splitWords(prompt);
   if (Array.isArray(prompt) && prompt.length > 0) {
-    if (typeof prompt[0] === 'string') return prompt[0];
+    if (typeof prompt[0] === 'string') return splitWords(prompt[0]);
     const ids = tokenIdsOf(prompt) ?? tokenIdsOf(prompt[0]);
-    if (ids) return ids.join(' ');
+    if (ids) return ids.map((id, i) => (i < ids.length - 1 ? `${id},` : String(id)));
   }
   throw new HttpError(400, 'prompt must be a string, a list of strings, or token ids');
 }
@@ -137,13 +141,13 @@ export function generate(endpoint: Endpoint, body: JsonObject, httpRequestId: st
   if (prefill && stream) throw new HttpError(400, 'Prefill does not support streaming');
   const maxTokens = maxTokensOf(endpoint, body);
   // Validated in every mode, so a bad prompt is a 400 whether or not it is echoed.
-  const promptText = endpoint === 'completions' ? completionPromptText(body.prompt) : '';
+  const promptEcho = endpoint === 'completions' ? completionEchoPieces(body.prompt) : [];
   /** How many tokens to make up in random mode: max_tokens when given, never above the cap. */
   const randomCount = Math.min(maxTokens ?? randomInt(5, 21), MAX_OUTPUT_TOKENS);
 
   const promptTokens =
     endpoint === 'chat'
-      ? renderChat(body, '').token_ids.length
+      ? renderChat(body).token_ids.length
       : endpoint === 'completions'
         ? completionPromptTokens(body.prompt)
         : (promptIds as number[]).length;
@@ -163,8 +167,9 @@ export function generate(endpoint: Endpoint, body: JsonObject, httpRequestId: st
     tokenIds = capped.items;
     if (capped.truncated) finishReason = 'length';
   } else {
-    const text = settings.mode === 'echo' ? (endpoint === 'chat' ? lastUserText(body) : promptText) : randomWords(randomCount).join('');
-    const capped = cap(splitWords(text), maxTokens);
+    const pieces =
+      settings.mode === 'random' ? randomWords(randomCount) : endpoint === 'chat' ? splitWords(lastUserText(body)) : promptEcho;
+    const capped = cap(pieces, maxTokens);
     words = capped.items;
     tokenIds = words.map((w) => tokenizeText(w)[0] ?? BOS_TOKEN_ID);
     if (capped.truncated || (settings.mode === 'random' && maxTokens !== undefined && words.length >= maxTokens)) {

@@ -45,10 +45,10 @@ function promptTokenIds(endpoint: PrefixEndpoint, body: JsonObject): number[] | 
     switch (endpoint) {
       case 'chat': {
         const given = isObject(body.tokens) ? tokenIdsOf(body.tokens.token_ids) : undefined;
-        return given && given.length > 0 ? given : renderChat(body, '').token_ids;
+        return given && given.length > 0 ? given : renderChat(body).token_ids;
       }
       case 'completions':
-        return renderCompletions(body, '')[0]?.token_ids;
+        return renderCompletions(body)[0]?.token_ids;
       case 'generate':
         return tokenIdsOf(body.token_ids);
     }

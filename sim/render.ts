@@ -1,6 +1,8 @@
 /**
  * `/v1/chat/completions/render` and `/v1/completions/render` with the dummy tokenizer, in the
- * response shapes vLLM's render service returns (as upstream's render step reads them).
+ * response shapes llm-d-inference-sim's render routes return (as upstream's render step reads them):
+ * chat `{"token_ids", "features"?}` (features only when there are images), completions
+ * `[{"token_ids"}]` per prompt.
  */
 
 import { BOS_TOKEN_ID, IMAGE_PLACEHOLDER_LENGTH, IMAGE_PLACEHOLDER_TOKEN_ID, stubImageHash, tokenizeText } from './dummy-tokenizer';
@@ -8,50 +10,23 @@ import { HttpError } from './errors';
 import { isObject, JsonObject, messagesOf, partsOf, tokenIdsOf } from './request-fields';
 
 export interface ChatRenderResult {
-  request_id: string;
   token_ids: number[];
-  features: null | {
+  features?: {
     mm_hashes: { image: string[] };
     mm_placeholders: { image: Array<{ offset: number; length: number }> };
     kwargs_data: { image: string[] };
   };
-  sampling_params: JsonObject;
 }
 
 export interface CompletionRenderElement {
-  request_id: string;
   token_ids: number[];
-}
-
-/** Sampling fields copied into the render answer, as vLLM reports the params it would use. */
-const SAMPLING_KEYS = [
-  'temperature',
-  'top_p',
-  'top_k',
-  'min_tokens',
-  'seed',
-  'stop',
-  'n',
-  'presence_penalty',
-  'frequency_penalty',
-  'ignore_eos',
-] as const;
-
-function samplingParamsOf(body: JsonObject): JsonObject {
-  const params: JsonObject = {};
-  const maxTokens = body.max_completion_tokens ?? body.max_tokens;
-  if (typeof maxTokens === 'number') params.max_tokens = maxTokens;
-  for (const key of SAMPLING_KEYS) {
-    if (body[key] !== undefined) params[key] = body[key];
-  }
-  return params;
 }
 
 /**
  * BOS, then per message its role and content in order; each `image_url` part becomes a run of
  * placeholder ids at the offset where it appears, so placeholders line up with token_ids.
  */
-export function renderChat(body: JsonObject, requestId: string): ChatRenderResult {
+export function renderChat(body: JsonObject): ChatRenderResult {
   if (!Array.isArray(body.messages)) throw new HttpError(400, 'messages must be an array');
   const tokenIds: number[] = [BOS_TOKEN_ID];
   const hashes: string[] = [];
@@ -74,22 +49,20 @@ export function renderChat(body: JsonObject, requestId: string): ChatRenderResul
       }
     }
   }
-  const features =
-    hashes.length === 0
-      ? null
-      : {
-          mm_hashes: { image: hashes },
-          mm_placeholders: { image: placeholders },
-          // The real sim's stub kwargs: base64 of the hash (stands in for msgpack'd pixel data).
-          kwargs_data: { image: hashes.map((h) => Buffer.from(h).toString('base64')) },
-        };
-  return { request_id: requestId, token_ids: tokenIds, features, sampling_params: samplingParamsOf(body) };
+  if (hashes.length === 0) return { token_ids: tokenIds };
+  const features = {
+    mm_hashes: { image: hashes },
+    mm_placeholders: { image: placeholders },
+    // The real sim's stub kwargs: base64 of the hash (stands in for msgpack'd pixel data).
+    kwargs_data: { image: hashes.map((h) => Buffer.from(h).toString('base64')) },
+  };
+  return { token_ids: tokenIds, features };
 }
 
 /** One element per prompt; a single string prompt gives exactly one. */
-export function renderCompletions(body: JsonObject, requestId: string): CompletionRenderElement[] {
+export function renderCompletions(body: JsonObject): CompletionRenderElement[] {
   const prompt = body.prompt;
-  const element = (ids: number[]): CompletionRenderElement => ({ request_id: requestId, token_ids: ids });
+  const element = (ids: number[]): CompletionRenderElement => ({ token_ids: ids });
   const fromText = (text: string): number[] => [BOS_TOKEN_ID, ...tokenizeText(text)];
   if (typeof prompt === 'string') return [element(fromText(prompt))];
   if (Array.isArray(prompt) && prompt.length > 0) {

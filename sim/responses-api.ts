@@ -2,12 +2,18 @@
  * `/v1/responses` and, with the `responsesRender` option only, `/v1/responses/render` (which
  * llm-d-inference-sim and vLLM's render service lack) (OpenAI Responses API): the request
  * is read as the chat request it stands for (its `input` as messages), generated and rendered as
- * chat, and answered in the Responses shape:
- * - non-streaming: `{"id":"resp-<rid>","object":"response","created_at","model","status":"completed",
- *   "output":[{"type":"message","role":"assistant","content":[{"type":"output_text","text"}]}],
- *   "usage":{"input_tokens","output_tokens","total_tokens"}, "kv_transfer_params"?}`;
- * - streaming: `response.created`, one `response.output_text.delta` per token, `response.completed`
- *   (each as `event:` + `data:` frames), then `data: [DONE]`.
+ * chat, and answered in llm-d-inference-sim's Responses shape (test/peers/sim-parity.test.ts):
+ * - non-streaming: `{"id":"resp_<rid>","model","object":"response","created_at","status":"completed",
+ *   "instructions"?,"output":[{"type":"message","role":"assistant","status":"completed",
+ *   "content":[{"type":"output_text","text"}]}],"text":{"format":{"type":"text"}},
+ *   "usage":{"input_tokens","output_tokens","total_tokens"},"kv_transfer_params"?,"ec_transfer_params"?}`.
+ *   The transfer params are vLLM's (its Responses answers carry `kv_transfer_params`), not the real
+ *   sim's, which answers none: the one shape difference the parity test allows, so that the e2e
+ *   suites can check what the pipeline does with them;
+ * - streaming, as `event:` + `data:` frames: `response.created`, `response.in_progress`,
+ *   `response.output_item.added`, `response.content_part.added`, one `response.output_text.delta`
+ *   per token, `response.output_text.done`, `response.content_part.done`,
+ *   `response.output_item.done`, `response.completed`; no `[DONE]`.
  */
 
 import type { Timing } from './completion-replies';
@@ -60,29 +66,25 @@ function usageOf(gen: Generation): JsonObject {
   return { input_tokens: gen.promptTokens, output_tokens: gen.words.length, total_tokens: gen.promptTokens + gen.words.length };
 }
 
-function responseObject(gen: Generation, id: string, createdAt: number, status: string, text: string): JsonObject {
+/** The response object; `output` and `usage` only once completed (in_progress has neither). */
+function responseObject(gen: Generation, rid: string, createdAt: number, instructions: unknown, text: string | undefined): JsonObject {
   const answer: JsonObject = {
-    id,
+    id: `resp_${rid}`,
+    model: gen.model,
     object: 'response',
     created_at: createdAt,
-    model: gen.model,
-    status,
-    output:
-      status === 'in_progress'
-        ? []
-        : [
-            {
-              type: 'message',
-              id: `msg-${id}`,
-              status: 'completed',
-              role: 'assistant',
-              content: [{ type: 'output_text', text, annotations: [] }],
-            },
-          ],
-    usage: status === 'in_progress' ? null : usageOf(gen),
+    status: text === undefined ? 'in_progress' : 'completed',
   };
-  if (gen.kvTransferParams) answer.kv_transfer_params = gen.kvTransferParams;
-  if (gen.ecTransferParams) answer.ec_transfer_params = gen.ecTransferParams;
+  if (typeof instructions === 'string') answer.instructions = instructions;
+  if (text !== undefined) {
+    answer.output = [{ type: 'message', role: 'assistant', status: 'completed', content: [{ type: 'output_text', text }] }];
+  }
+  answer.text = { format: { type: 'text' } };
+  if (text !== undefined) {
+    answer.usage = usageOf(gen);
+    if (gen.kvTransferParams) answer.kv_transfer_params = gen.kvTransferParams;
+    if (gen.ecTransferParams) answer.ec_transfer_params = gen.ecTransferParams;
+  }
   return answer;
 }
 
@@ -90,25 +92,40 @@ function eventFrame(type: string, payload: JsonObject): string {
   return `event: ${type}\ndata: ${JSON.stringify({ type, ...payload })}\n\n`;
 }
 
-export function responsesReply(gen: Generation, httpRequestId: string, timing: Timing): Reply {
+export function responsesReply(gen: Generation, instructions: unknown, httpRequestId: string, timing: Timing): Reply {
   const createdAt = Math.floor(Date.now() / 1000);
-  const id = `resp-${httpRequestId}`;
   const text = gen.words.join('');
   const tokens = gen.words.length;
   if (!gen.stream) {
     const simulated = timing.timeToFirstTokenMs + timing.interTokenLatencyMs * Math.max(0, tokens - 1);
-    return jsonReply(200, responseObject(gen, id, createdAt, 'completed', text), Math.min(simulated, MAX_SIMULATED_MS));
+    return jsonReply(200, responseObject(gen, httpRequestId, createdAt, instructions, text), Math.min(simulated, MAX_SIMULATED_MS));
   }
+  const itemId = `msg_${httpRequestId}`;
+  const started = responseObject(gen, httpRequestId, createdAt, instructions, undefined);
+  const item = (status: string, content: JsonObject[]) => ({ type: 'message', id: itemId, role: 'assistant', status, content });
+  const at = (data: string, delayMs = 0): SseFrame => ({ data, delayMs });
   const frames: SseFrame[] = [
-    { data: eventFrame('response.created', { response: responseObject(gen, id, createdAt, 'in_progress', '') }), delayMs: 0 },
+    at(eventFrame('response.created', { response: started })),
+    at(eventFrame('response.in_progress', { response: started })),
+    at(eventFrame('response.output_item.added', { item: item('in_progress', []) })),
+    at(eventFrame('response.content_part.added', { item_id: itemId, part: { type: 'output_text' } })),
   ];
   gen.words.forEach((word, i) => {
-    frames.push({
-      data: eventFrame('response.output_text.delta', { item_id: `msg-${id}`, output_index: 0, content_index: 0, delta: word }),
-      delayMs: i === 0 ? timing.timeToFirstTokenMs : timing.interTokenLatencyMs,
-    });
+    frames.push(
+      at(
+        eventFrame('response.output_text.delta', { item_id: itemId, delta: word }),
+        i === 0 ? timing.timeToFirstTokenMs : timing.interTokenLatencyMs,
+      ),
+    );
   });
-  frames.push({ data: eventFrame('response.completed', { response: responseObject(gen, id, createdAt, 'completed', text) }), delayMs: 0 });
-  frames.push({ data: 'data: [DONE]\n\n', delayMs: 0 });
+  const done = { type: 'output_text', text };
+  const completed = responseObject(gen, httpRequestId, createdAt, instructions, text);
+  completed.output = [item('completed', [done])];
+  frames.push(
+    at(eventFrame('response.output_text.done', { item_id: itemId, text })),
+    at(eventFrame('response.content_part.done', { item_id: itemId, part: done })),
+    at(eventFrame('response.output_item.done', { item: item('completed', [done]) })),
+    at(eventFrame('response.completed', { response: completed })),
+  );
   return { kind: 'stream', status: 200, headers: SSE_HEADERS, frames };
 }

@@ -13,6 +13,8 @@ import { FaultTable } from './faults';
 import { RESPONSES_PATH, RESPONSES_RENDER_PATH, responsesAsChat, responsesReply } from './responses-api';
 import { Endpoint, generate } from './generation';
 import { parseJson, readBody } from './http-body';
+import { MESSAGES_PATH, messagesAsChat, messagesReply } from './messages-api';
+import { EMBEDDINGS_PATH, embeddingsReply, MAX_MODEL_LEN, TOKENIZE_PATH, tokenizeReply } from './passthrough-apis';
 import { resolveOptions, SimulatorSettings } from './options';
 import { PREFIX_MISS_BODY, PrefixCache, prefersIfAvailable, prefixKey } from './prefix-cache';
 import { Recorder } from './recorder';
@@ -71,6 +73,11 @@ function faultReply(rule: FaultRule & { status: number }): Reply {
   };
 }
 
+/** What llm-d-inference-sim's router (fasthttprouter) answers for a path or method it has no route for. */
+function routerReply(status: 404 | 405, text: string): Reply {
+  return { kind: 'buffered', status, headers: { 'content-type': 'text/plain; charset=utf-8' }, body: Buffer.from(text), delayMs: 0 };
+}
+
 /** The EPP's conditional-decode miss, as Envoy relays its ImmediateResponse. */
 function prefixMissReply(): Reply {
   return {
@@ -80,6 +87,21 @@ function prefixMissReply(): Reply {
     body: Buffer.from(PREFIX_MISS_BODY),
     delayMs: 0,
   };
+}
+
+/**
+ * What the conditional-decode gate keys a request on. The EPP gates every inference path, so a
+ * Responses request counts too, as the chat request it stands for.
+ */
+function gateOf(path: string, json: unknown): { endpoint: Endpoint; body: unknown } | undefined {
+  const endpoint = COMPLETION_PATHS[path];
+  if (endpoint !== undefined) return { endpoint, body: json };
+  if (path !== RESPONSES_PATH) return undefined;
+  try {
+    return { endpoint: 'chat', body: isObject(json) ? responsesAsChat(json) : json };
+  } catch {
+    return { endpoint: 'chat', body: undefined }; // no prompt to read: the probe misses
+  }
 }
 
 class SimulatorServer implements Simulator {
@@ -277,11 +299,12 @@ class SimulatorServer implements Simulator {
    * request answered 200 records its prefix (a prefill leg, which keeps no KV for decode, does not).
    */
   private gatedRoute(req: IncomingMessage, method: string, path: string, body: Buffer, json: unknown, requestId: string): Reply {
-    const endpoint = COMPLETION_PATHS[path];
-    if (!this.settings.honourPreferIfAvailable || endpoint === undefined || method !== 'POST') {
+    const gate = gateOf(path, json);
+    if (!this.settings.honourPreferIfAvailable || gate === undefined || method !== 'POST') {
       return this.safely(() => this.route(method, path, body, json, requestId));
     }
-    const key = prefixKey(endpoint, json, this.settings.prefixTokens);
+    const endpoint = gate.endpoint;
+    const key = prefixKey(endpoint, gate.body, this.settings.prefixTokens);
     if (prefersIfAvailable(req.headers['prefer'])) {
       return this.prefixes.has(key) ? this.safely(() => this.route(method, path, body, json, requestId)) : prefixMissReply();
     }
@@ -298,22 +321,30 @@ class SimulatorServer implements Simulator {
       path === RESPONSES_PATH ||
       RENDER_PATHS.has(path) ||
       GET_PATHS.has(path) ||
+      path === TOKENIZE_PATH ||
+      path === MESSAGES_PATH ||
+      // llm-d-inference-sim registers no embeddings route with --mm-encoder-only.
+      (path === EMBEDDINGS_PATH && this.settings.role !== 'encode') ||
       (path === RESPONSES_RENDER_PATH && this.settings.responsesRender);
-    if (!known) throw new HttpError(404, `no route for ${path}`);
+    if (!known) return routerReply(404, 'Not Found');
     if (GET_PATHS.has(path)) {
-      if (method !== 'GET') throw new HttpError(405, `${method} not allowed on ${path}`);
+      if (method !== 'GET') return routerReply(405, 'Method Not Allowed');
       if (path === '/metrics') return metricsReply();
       return path === '/v1/models' ? jsonReply(200, this.models()) : jsonReply(200, {});
     }
-    if (method !== 'POST') throw new HttpError(405, `${method} not allowed on ${path}`);
+    if (method !== 'POST') return routerReply(405, 'Method Not Allowed');
     if (body.length > 0 && json === undefined) throw new HttpError(400, 'Invalid JSON body');
     const request = requireObjectBody(json);
-    if (path === '/v1/chat/completions/render') return jsonReply(200, renderChat(request, requestId));
-    if (path === '/v1/completions/render') return jsonReply(200, renderCompletions(request, requestId));
-    if (path === RESPONSES_RENDER_PATH) return jsonReply(200, renderChat(responsesAsChat(request), requestId));
+    if (path === '/v1/chat/completions/render') return jsonReply(200, renderChat(request));
+    if (path === '/v1/completions/render') return jsonReply(200, renderCompletions(request));
+    if (path === RESPONSES_RENDER_PATH) return jsonReply(200, renderChat(responsesAsChat(request)));
+    if (path === TOKENIZE_PATH) return jsonReply(200, tokenizeReply(request));
+    if (path === EMBEDDINGS_PATH) return jsonReply(200, embeddingsReply(request));
+    if (path === MESSAGES_PATH) return messagesReply(generate('chat', messagesAsChat(request), requestId, this.settings), requestId);
     if (path === RESPONSES_PATH) {
       this.noteModel(request.model);
-      return responsesReply(generate('chat', responsesAsChat(request), requestId, this.settings), requestId, this.settings);
+      const gen = generate('chat', responsesAsChat(request), requestId, this.settings);
+      return responsesReply(gen, request.instructions, requestId, this.settings);
     }
     this.noteModel(request.model);
     const gen = generate(endpoint, request, requestId, this.settings);
@@ -330,7 +361,15 @@ class SimulatorServer implements Simulator {
     const created = Math.floor(Date.now() / 1000);
     return {
       object: 'list',
-      data: names.map((id) => ({ id, object: 'model', created, owned_by: 'epd-sim', root: id, parent: null })),
+      data: names.map((id) => ({
+        id,
+        object: 'model',
+        created,
+        owned_by: 'epd-sim',
+        root: id,
+        parent: null,
+        max_model_len: MAX_MODEL_LEN,
+      })),
     };
   }
 }

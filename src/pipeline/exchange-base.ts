@@ -110,7 +110,8 @@ export abstract class BaseExchange implements Exchange {
     return {
       kind: 'respond',
       status: c.status,
-      headers: { ...JSON_HEADERS },
+      // The id the message names, where a client's SDK looks for it (`x-request-id`), as on a decode answer.
+      headers: { ...JSON_HEADERS, 'x-request-id': this.requestId },
       body: errorBody(c),
       metadata: this.metadata('error', timings, extra),
     };

@@ -44,6 +44,6 @@ describe.each(['full_duplex', 'buffered'] as const)('render unreachable (%s)', (
   it('a request that needs no render still succeeds', async () => {
     const res = await client.post('/v1/completions', { model: 'sim-model', prompt: [1, 2, 3], max_tokens: 2 });
     expect(res.status).toBe(200);
-    expect(String(at(res.json, 'choices', 0, 'text')).trim()).toBe('1 2');
+    expect(at(res.json, 'choices', 0, 'text')).toBe('1,2,');
   });
 });

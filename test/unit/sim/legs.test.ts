@@ -131,7 +131,7 @@ describe('simulator: prefill and decode legs', () => {
     expect(chunks[chunks.length - 1].choices[0].finish_reason).toBe('length');
   });
 
-  it('streams generate token ids one per chunk', async () => {
+  it('streams generate token ids one per chunk, the last with the finish reason (as llm-d-inference-sim)', async () => {
     const res = await postJson(`${sim.url}/inference/v1/generate`, {
       token_ids: [11, 12, 13],
       sampling_params: { extra_args: { kv_transfer_params: { do_remote_prefill: true } } },
@@ -139,8 +139,8 @@ describe('simulator: prefill and decode legs', () => {
     });
     const { data } = await readSse(res);
     const chunks = data.slice(0, -1).map((d) => JSON.parse(d));
-    expect(chunks.map((c) => c.choices[0].token_ids)).toEqual([[11], [12], [13], []]);
-    expect(chunks[3].choices[0].finish_reason).toBe('stop');
+    expect(chunks.map((c) => c.choices[0].token_ids)).toEqual([[11], [12], [13]]);
+    expect(chunks.map((c) => c.choices[0].finish_reason)).toEqual([null, null, 'stop']);
   });
 
   it('answers a non-streaming decode leg with the echoed last user message', async () => {
@@ -158,7 +158,6 @@ describe('simulator: prefill and decode legs', () => {
     expect(body.choices[0]).toEqual({
       index: 0,
       message: { role: 'assistant', content: 'second question here' },
-      logprobs: null,
       finish_reason: 'stop',
     });
     expect(body.kv_transfer_params).toBeUndefined();

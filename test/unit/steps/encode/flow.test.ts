@@ -33,7 +33,7 @@ beforeEach(() => {
   images.reset();
   renderService.reset();
   gateway.reset();
-  renderService.respond = (req) => ({ body: renderChat(req.json, 'render-id') });
+  renderService.respond = (req) => ({ body: renderChat(req.json) });
   gateway.respond = (req) => {
     if (req.headers['epp-profile'] === 'encode') {
       const hash = (req.json.features ?? req.json.tokens.features).mm_hashes.image[0] as string;
@@ -119,7 +119,7 @@ describe('multimodal flow', () => {
     images.file('/cat.png', PNG_BYTES, 'image/png');
     // The render service reports the second image as an encoder-cache hit (kwargs null).
     renderService.respond = (req) => {
-      const r = renderChat(req.json, 'render-id');
+      const r = renderChat(req.json);
       r.features!.kwargs_data.image[1] = null as unknown as string;
       return { body: r };
     };
