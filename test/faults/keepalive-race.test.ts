@@ -21,6 +21,8 @@ import { startKeepaliveWorker, type KeepaliveWorker } from './support/keepalive-
 const KEEPALIVE_MS = WORKER_KEEPALIVE_SECONDS.vllm * 1000;
 const LOOPS = 60;
 const ROUNDS = 5;
+/** The race is timing-bound, and a quiet machine hits the edge less often: race again, at most this often, until the arm without the policy shows it. */
+const MAX_PASSES = 4;
 const LARGE_BODY_BYTES = 60 * 1024 * 1024;
 
 interface Arm {
@@ -81,19 +83,32 @@ describe(`the forward leg at a worker's ${KEEPALIVE_MS / 1000} s keep-alive edge
     await Promise.all([stopArm(without), stopArm(withPolicy)]);
   });
 
-  it(`${LOOPS * ROUNDS} requests each: errors without the policy, none with the ${WORKER_IDLE_TIMEOUT_SECONDS} s idle timeout`, async () => {
-    const [off, on] = await Promise.all([raceTheEdge(without!.client), raceTheEdge(withPolicy!.client)]);
-    process.stdout.write(
-      `keep-alive race: without policy ${off.failed.length}/${off.sent} failed; with policy ${on.failed.length}/${on.sent} failed\n`,
-    );
-    expect(off.failed.length).toBeGreaterThan(0);
-    expect(off.failed[0]).toMatch(/^503 .*reset before headers/);
-    expect(on).toEqual({ sent: LOOPS * ROUNDS, failed: [] });
-    // Envoy closed the idle connections itself: the worker never closed one under a request.
-    const stats = await withPolicy!.stack.envoy.stats('cluster.decode_workers.upstream_cx_');
-    expect(stats['cluster.decode_workers.upstream_cx_idle_timeout']).toBeGreaterThan(0);
-    expect(stats['cluster.decode_workers.upstream_cx_destroy_remote_with_active_rq']).toBe(0);
-  }, 90_000);
+  it(
+    `${LOOPS * ROUNDS} requests or more each: errors without the policy, none with the ${WORKER_IDLE_TIMEOUT_SECONDS} s idle timeout`,
+    async () => {
+      const off = { sent: 0, failed: [] as string[] };
+      const on = { sent: 0, failed: [] as string[] };
+      // Both arms race the same number of passes, side by side.
+      for (let pass = 0; pass < MAX_PASSES && off.failed.length === 0; pass++) {
+        const [a, b] = await Promise.all([raceTheEdge(without!.client), raceTheEdge(withPolicy!.client)]);
+        off.sent += a.sent;
+        off.failed.push(...a.failed);
+        on.sent += b.sent;
+        on.failed.push(...b.failed);
+      }
+      process.stdout.write(
+        `keep-alive race: without policy ${off.failed.length}/${off.sent} failed; with policy ${on.failed.length}/${on.sent} failed\n`,
+      );
+      expect(off.failed.length).toBeGreaterThan(0);
+      expect(off.failed[0]).toMatch(/^503 .*reset before headers/);
+      expect(on).toEqual({ sent: off.sent, failed: [] });
+      // Envoy closed the idle connections itself: the worker never closed one under a request.
+      const stats = await withPolicy!.stack.envoy.stats('cluster.decode_workers.upstream_cx_');
+      expect(stats['cluster.decode_workers.upstream_cx_idle_timeout']).toBeGreaterThan(0);
+      expect(stats['cluster.decode_workers.upstream_cx_destroy_remote_with_active_rq']).toBe(0);
+    },
+    (MAX_PASSES + 1) * 30_000,
+  );
 
   it('a body above the retry buffer is sent once, without retry, and answered', async () => {
     const arm = withPolicy!;
