@@ -47,3 +47,15 @@ export const EXT_PROC_POLICY: ExtProcPolicy = {
   metadataNamespace: 'epd.coordinator',
   streamIdleTimeoutSeconds: 600,
 };
+
+/** {@link EXT_PROC_POLICY}'s processing mode as Envoy's filter config spells it. */
+export function envoyProcessingMode(mode: ProcessingModePolicy = EXT_PROC_POLICY.mode): Record<string, string> {
+  return {
+    request_header_mode: mode.requestHeaders,
+    request_body_mode: mode.requestBody,
+    request_trailer_mode: mode.requestTrailers,
+    response_header_mode: mode.responseHeaders,
+    response_body_mode: mode.responseBody,
+    response_trailer_mode: mode.responseTrailers,
+  };
+}

@@ -10,6 +10,7 @@ import { checkFilePath, checkPort, hostPort, TopologyError } from './epp-files';
 import { REFUSED_PATH_BODY, REFUSED_PATH_STATUS } from '../src/pipeline/path-policy';
 import { allowedMatches, processorMatches } from './path-policy';
 import { fileAccessLog } from './topology-access-log';
+import { envoyProcessingMode } from './ext-proc-policy';
 import {
   gracefulCloseRuntime,
   serviceHealthChecks,
@@ -176,14 +177,7 @@ export function renderEnvoyConfig(o: EnvoyConfigOptions): string {
                     ...(name === 'async' ? { initial_metadata: [{ key: 'x-epd-origin', value: 'async-processor' }] } : {}),
                   },
                   failure_mode_allow: false,
-                  processing_mode: {
-                    request_header_mode: 'SEND',
-                    request_body_mode: 'FULL_DUPLEX_STREAMED',
-                    request_trailer_mode: 'SEND',
-                    response_header_mode: 'SKIP',
-                    response_body_mode: 'NONE',
-                    response_trailer_mode: 'SKIP',
-                  },
+                  processing_mode: envoyProcessingMode(),
                   message_timeout: '600s',
                   metadata_options: { receiving_namespaces: { untyped: ['epd.coordinator'] } },
                 },

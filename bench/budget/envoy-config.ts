@@ -5,6 +5,7 @@
  * so that nothing but the ext_proc conversation costs the service anything.
  */
 import yaml from 'js-yaml';
+import { envoyProcessingMode } from '../../launch/ext-proc-policy';
 
 export interface BudgetListener {
   readonly name: string;
@@ -33,14 +34,7 @@ export function budgetEnvoyConfig(o: { adminPort: number; listeners: readonly Bu
                     '@type': 'type.googleapis.com/envoy.extensions.filters.http.ext_proc.v3.ExternalProcessor',
                     grpc_service: { envoy_grpc: { cluster_name: `ext_proc_${l.name}` } },
                     failure_mode_allow: false,
-                    processing_mode: {
-                      request_header_mode: 'SEND',
-                      request_body_mode: 'FULL_DUPLEX_STREAMED',
-                      request_trailer_mode: 'SEND',
-                      response_header_mode: 'SKIP',
-                      response_body_mode: 'NONE',
-                      response_trailer_mode: 'SKIP',
-                    },
+                    processing_mode: envoyProcessingMode(),
                     message_timeout: '60s',
                   },
                 },
