@@ -23,6 +23,7 @@ import { join } from 'node:path';
 import { REPO_ROOT } from '../launch/envoy-bootstrap';
 import { buildService } from '../launch/local-stack';
 import { ensureEnvoy } from '../launch/envoy';
+import { SHIPPED_NODE_FLAGS } from '../launch/service-node-flags';
 import { parseBenchArgs } from './args';
 import { machineDescription } from './stats';
 import { renderCompareChart, type ChartInput } from './compare/chart';
@@ -44,9 +45,6 @@ const INTS = {
   idleSeconds: { flag: 'idle-seconds', default: 10, min: 0, max: 600, note: 'idle CPU of each service; 0 = skip' },
   warmup: { flag: 'warmup', default: 1500, min: 0, max: 100_000, note: 'requests per setup before a phase is measured (JIT, pools)' },
 } as const;
-
-/** The young-generation cap the service ships with (README, Performance: memory). */
-const SHIPPED_NODE_FLAGS = ['--max-semi-space-size=8'];
 
 const USAGE =
   'compare: [--topology deploy|direct|both] [--own-sims] [--service-node PATH] [--node-flags "FLAGS"] [--service-env NAME=VALUE ...] [--chart-only]\n';

@@ -9,6 +9,7 @@ import { mkdirSync, writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import yaml from 'js-yaml';
 import { startEnvoy, type EnvoyHandle } from './envoy';
+import { SHIPPED_NODE_FLAGS } from './service-node-flags';
 import { canBind, freePort } from './ports';
 import { REPO_ROOT, type EnvoyBodyMode } from './envoy-bootstrap';
 import { startChild, stopAll, type Child } from './supervise';
@@ -80,6 +81,8 @@ export interface LocalStackOptions {
    * several times dearer than in production.
    */
   readonly builtService?: boolean;
+  /** Node flags of the built service; default {@link SHIPPED_NODE_FLAGS}, as it ships. */
+  readonly serviceNodeFlags?: readonly string[];
   /** Progress messages. */
   readonly say?: (msg: string) => void;
 }
@@ -271,7 +274,16 @@ export async function startLocalStack(opts: LocalStackOptions): Promise<LocalSta
     writeFileSync(configPath, coordinatorConfig(opts));
     const profile = opts.cpuProfileDir ? ['--cpu-prof', `--cpu-prof-dir=${opts.cpuProfileDir}`] : [];
     const service = opts.builtService
-      ? { command: process.execPath, args: [...profile, join(REPO_ROOT, 'dist', 'src', 'main.js'), '--config', configPath] }
+      ? {
+          command: process.execPath,
+          args: [
+            ...(opts.serviceNodeFlags ?? SHIPPED_NODE_FLAGS),
+            ...profile,
+            join(REPO_ROOT, 'dist', 'src', 'main.js'),
+            '--config',
+            configPath,
+          ],
+        }
       : tsNode('src/main.ts', ['--config', configPath], profile);
     children.push(
       await startChild({

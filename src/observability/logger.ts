@@ -1,5 +1,6 @@
 import pino from 'pino';
 import type { Logger } from 'pino';
+import { BatchedLogDestination } from './log-destination';
 
 /** Upstream verbosity (1 warn, 2 info, 3 verbose, 4 debug, 5 trace) mapped to pino levels. */
 export function levelFor(logLevel: number): pino.Level {
@@ -9,8 +10,11 @@ export function levelFor(logLevel: number): pino.Level {
   return 'trace';
 }
 
-/** JSON logs to stderr. Request-scoped loggers are children carrying `x-request-id`. */
-export function createLogger(logLevel = 2, destination: pino.DestinationStream = pino.destination(2)): Logger {
+/**
+ * JSON logs to stderr, written in batches (log-destination.ts: why, and what an exit flushes).
+ * Request-scoped loggers are children carrying `x-request-id`.
+ */
+export function createLogger(logLevel = 2, destination: pino.DestinationStream = new BatchedLogDestination(2)): Logger {
   return pino({ level: levelFor(logLevel), base: { logger: 'epd-coordinator' } }, destination);
 }
 
