@@ -4,6 +4,7 @@ import { Pool } from 'undici';
 import type { Dispatcher } from 'undici';
 import { deadline } from '../pipeline/deadline';
 import { readCapped } from './read-capped';
+import { collect, CollectAborted, type Collected } from './collect';
 import { mayBeNoEndpointAnswer, noEndpointReason, type NoEndpointReason } from './no-endpoint';
 import { CancelledError, TransportError, UPSTREAM_ERROR_BODY_CAP } from '../pipeline/errors';
 import type { SideCallBody, SideCallClient, SideCallOptions, SideCallResponse, StreamingSideCallResponse } from '../pipeline/side-call';
@@ -68,6 +69,21 @@ function flattenHeaders(raw: Record<string, string | string[] | undefined>): Rec
   return out;
 }
 
+/** The body as undici takes it, and the headers it needs (a multi-part body's length up front). */
+function requestBody(
+  headers: Record<string, string>,
+  body: SideCallBody,
+): { headers: Record<string, string>; payload: string | Buffer | readonly Buffer[] } {
+  if (typeof body === 'string' || Buffer.isBuffer(body)) return { headers, payload: body };
+  if (body.length === 1) return { headers, payload: body[0]! };
+  // undici writes an iterable as is; with the length known up front it is not chunked.
+  let length = 0;
+  for (const part of body) length += part.length;
+  return { headers: { ...headers, 'content-length': String(length) }, payload: body };
+}
+
+const OK_ONLY: readonly number[] = [200];
+
 async function* oneChunk(chunk: Buffer): AsyncIterable<Buffer> {
   yield chunk;
 }
@@ -100,25 +116,16 @@ export class PooledSideCallClient implements SideCallClient {
 
   private async dispatch(path: string, headers: Record<string, string>, body: SideCallBody, opts: SideCallOptions) {
     if (opts.signal.aborted) throw new CancelledError();
-    let payload: string | Buffer | readonly Buffer[] = body;
-    if (typeof body !== 'string' && !Buffer.isBuffer(body)) {
-      if (body.length === 1) payload = body[0]!;
-      else {
-        // undici writes an iterable as is; with the length known up front it is not chunked.
-        let length = 0;
-        for (const part of body) length += part.length;
-        headers = { ...headers, 'content-length': String(length) };
-      }
-    }
+    const sent = requestBody(headers, body);
     const bound = opts.totalTimeoutMs && opts.totalTimeoutMs > 0 ? deadline(opts.signal, opts.totalTimeoutMs) : undefined;
     const signal = bound?.signal ?? opts.signal;
     try {
       const res = await this.pool.request({
         method: 'POST',
         path: this.basePath + path,
-        headers,
+        headers: sent.headers,
         // undici writes any iterable body chunk by chunk (its typings list only the other kinds).
-        body: payload as string | Buffer,
+        body: sent.payload as string | Buffer,
         signal,
         headersTimeout: opts.headersTimeoutMs && opts.headersTimeoutMs > 0 ? opts.headersTimeoutMs : 0,
         bodyTimeout: 0,
@@ -126,15 +133,16 @@ export class PooledSideCallClient implements SideCallClient {
       return { res, signal, release: () => bound?.dispose() };
     } catch (err) {
       bound?.dispose();
-      throw this.transportError(err, opts, signal);
+      throw this.transportError(err, opts, signal.aborted);
     }
   }
 
-  private transportError(err: unknown, opts: SideCallOptions, signal: AbortSignal): Error {
+  /** `deadlinePassed`: our own total bound stopped the call. */
+  private transportError(err: unknown, opts: SideCallOptions, deadlinePassed: boolean): Error {
     if (opts.signal.aborted) return new CancelledError();
     const e = err as { code?: string; message?: string; name?: string };
     const timedOut =
-      signal.aborted || e.code === 'UND_ERR_HEADERS_TIMEOUT' || e.code === 'UND_ERR_CONNECT_TIMEOUT' || e.name === 'TimeoutError';
+      deadlinePassed || e.code === 'UND_ERR_HEADERS_TIMEOUT' || e.code === 'UND_ERR_CONNECT_TIMEOUT' || e.name === 'TimeoutError';
     return new TransportError(opts.step, timedOut ? 'timed out' : `request failed: ${e.code ?? e.message ?? 'unknown error'}`, timedOut);
   }
 
@@ -163,19 +171,34 @@ export class PooledSideCallClient implements SideCallClient {
   ): Promise<SideCallResponse> {
     const trace = opts.log?.isLevelEnabled('trace') ? opts.log : undefined;
     if (trace) this.traceRequest(trace, path, headers, body);
-    const { res, signal, release } = await this.dispatch(path, headers, body, opts);
-    const ok = (opts.okStatuses ?? [200]).includes(res.statusCode);
+    if (opts.signal.aborted) throw new CancelledError();
+    const sent = requestBody(headers, body);
+    let answer: Collected;
     try {
-      const { data: buf, over } = await readCapped(res.body, ok ? MAX_SIDE_CALL_RESPONSE_BYTES : UPSTREAM_ERROR_BODY_CAP);
-      if (ok && over) throw new TransportError(opts.step, 'response body too large');
-      if (trace) trace.trace({ status: res.statusCode, body: redactBody(buf) }, 'response body');
-      return { status: res.statusCode, headers: flattenHeaders(res.headers), body: buf };
+      answer = await collect(
+        this.pool,
+        {
+          method: 'POST',
+          path: this.basePath + path,
+          headers: sent.headers,
+          body: sent.payload as string | Buffer,
+          headersTimeout: opts.headersTimeoutMs && opts.headersTimeoutMs > 0 ? opts.headersTimeoutMs : 0,
+          bodyTimeout: 0,
+        },
+        {
+          okCap: MAX_SIDE_CALL_RESPONSE_BYTES,
+          errorCap: UPSTREAM_ERROR_BODY_CAP,
+          okStatuses: opts.okStatuses ?? OK_ONLY,
+          signal: opts.signal,
+          totalTimeoutMs: opts.totalTimeoutMs && opts.totalTimeoutMs > 0 ? opts.totalTimeoutMs : 0,
+        },
+      );
     } catch (err) {
-      if (err instanceof TransportError) throw err;
-      throw this.transportError(err, opts, signal);
-    } finally {
-      release();
+      throw this.transportError(err, opts, err instanceof CollectAborted && err.why === 'timeout');
     }
+    if (answer.over && (opts.okStatuses ?? OK_ONLY).includes(answer.status)) throw new TransportError(opts.step, 'response body too large');
+    if (trace) trace.trace({ status: answer.status, body: redactBody(answer.body) }, 'response body');
+    return { status: answer.status, headers: flattenHeaders(answer.headers), body: answer.body };
   }
 
   async postStreaming(
@@ -197,7 +220,7 @@ export class PooledSideCallClient implements SideCallClient {
     }
     const answered = flattenHeaders(res.headers);
     if (observation && mayBeNoEndpointAnswer(res.statusCode, answered)) {
-      return this.observedRejection(res, answered, observation, (err) => this.transportError(err, opts, signal), release);
+      return this.observedRejection(res, answered, observation, (err) => this.transportError(err, opts, signal.aborted), release);
     }
     observation?.ended(res.statusCode);
     const stream = res.body;
