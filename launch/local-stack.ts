@@ -84,6 +84,8 @@ export interface LocalStackOptions {
   readonly say?: (msg: string) => void;
   /** The coordinator's `server.workers` (Envoy's cluster then caps streams per connection). Default 1. */
   readonly serviceWorkers?: number;
+  /** The `server.workers` Envoy's bootstrap is rendered for, when it differs (benchmarks: the cap alone). */
+  readonly envoyServiceWorkers?: number;
 }
 
 export interface LocalStack {
@@ -308,7 +310,7 @@ export async function startLocalStack(opts: LocalStackOptions): Promise<LocalSta
         prefillAddress: `127.0.0.1:${ports.prefill}`,
         decodeAddress: `127.0.0.1:${ports.decode}`,
         accessLogPath,
-        extProcWorkers: opts.serviceWorkers,
+        extProcWorkers: opts.envoyServiceWorkers ?? opts.serviceWorkers,
       },
     });
     say(`envoy on 127.0.0.1:${envoy.publicPort} (gateway ${envoy.gatewayPort}, admin ${envoy.adminUrl})`);

@@ -1,7 +1,7 @@
 import { loadConfig } from './config/config';
 import { ConfigError } from './config/errors';
 import { createLogger } from './observability/logger';
-import { startService } from './service';
+import type { startService as StartService } from './service';
 import cluster from 'node:cluster';
 import { runPrimary } from './workers/primary';
 import { workerRole } from './workers/worker';
@@ -58,8 +58,10 @@ async function main(): Promise<void> {
   const worker = workerRole();
   if (!worker) for (const w of config.warnings) log.warn(w);
 
-  let service;
+  let service: Awaited<ReturnType<typeof StartService>>;
   try {
+    // Loaded here, not at the top: a cluster primary never needs the service (gRPC, steps, clients).
+    const { startService } = await import('./service');
     service = await startService(config, { log, worker });
   } catch (err) {
     const msg = err instanceof ConfigError ? `configuration error: ${err.message}` : `start-up failed: ${(err as Error).message}`;
