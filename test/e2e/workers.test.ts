@@ -135,6 +135,10 @@ describe('server.workers: 2 behind Envoy', () => {
     expect(sample(text, 'llm_d_coordinator_request_duration_seconds_count', 'model_name="sim-model"')).toBe(n);
     expect(sample(text, 'epd_coordinator_ready')).toBe(1);
     expect(sample(text, 'epd_coordinator_workers')).toBe(2);
+    // prom-client's own figures that do not add up: the pod's start (prom-client would omit it), one fd limit.
+    expect(sample(text, 'process_start_time_seconds')).toBeLessThanOrEqual(Date.now() / 1000);
+    const fdLimit = Number(/^Max open files\s+(\d+)/m.exec(readFileSync(`/proc/${child.pid}/limits`, 'utf8'))?.[1]);
+    expect(sample(text, 'process_max_fds')).toBe(fdLimit);
     // Envoy opened more than one connection to the one port: that is what lets both workers in.
     const stats = await httpGet(`${envoy.adminUrl}/stats?filter=^cluster\\.epd_coordinator\\.upstream_cx_active$`, 2000);
     expect(Number(/upstream_cx_active: (\d+)/.exec(stats.body)?.[1])).toBeGreaterThanOrEqual(2);
@@ -203,4 +207,62 @@ describe('server.workers: 2 behind Envoy', () => {
       health.close();
     }
   });
+});
+
+/** The primary alone (no Envoy): what it does when workers cannot be kept running. */
+describe('server.workers: 2, a primary whose workers keep failing', () => {
+  let dir: string;
+  beforeAll(() => {
+    dir = mkdtempSync(join(tmpdir(), 'epd-workers-fail-'));
+  });
+  afterAll(() => {
+    if (!process.env['KEEP_STACK_DIR']) rmSync(dir, { recursive: true, force: true });
+  });
+
+  /** `node src/main.ts` with workers 2 and `server` extras; its log and exit. */
+  async function start(name: string, server: Record<string, unknown>) {
+    const [grpcPort, metricsPort] = [await freePort(), await freePort()];
+    const doc = stackConfigDoc({ steps: () => [] }, { gateway: 'http://127.0.0.1:9', render: 'http://127.0.0.1:9' });
+    const file = join(dir, `${name}.yaml`);
+    const serverDoc = { ...(doc['server'] as object), listen_addr: `127.0.0.1:${grpcPort}`, metrics_addr: `127.0.0.1:${metricsPort}` };
+    writeFileSync(file, yaml.dump({ ...doc, server: { ...serverDoc, workers: 2, ...server } }));
+    const logPath = join(dir, `${name}.log`);
+    const fd = openSync(logPath, 'w');
+    const proc = spawn(process.execPath, ['--import', 'tsx', 'src/main.ts', '--config', file], {
+      cwd: REPO_ROOT,
+      stdio: ['ignore', fd, fd],
+    });
+    closeSync(fd);
+    const exited = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) =>
+      proc.once('exit', (code, signal) => resolve({ code, signal })),
+    );
+    return { proc, exited, log: () => readFileSync(logPath, 'utf8') };
+  }
+
+  test('a worker that cannot start stops the pod, as one process would: exit 1', async () => {
+    const { exited, log } = await start('bad-cert', { tls_cert_file: join(dir, 'missing.crt'), tls_key_file: join(dir, 'missing.key') });
+    expect(await exited).toEqual({ code: 1, signal: null });
+    expect(log()).toMatch(/"msg":"a worker exited during start-up: stopping"/);
+    // Each worker said why, as a single process does.
+    expect(log()).toMatch(/configuration error: server\.tls_cert_file: expected a readable PEM file at .*missing\.crt/);
+  }, 60_000);
+
+  test('more than 5 deaths in a minute spend the restart budget: the primary drains the rest and exits 1', async () => {
+    const { proc, exited, log } = await start('crash-loop', {});
+    try {
+      await waitUntil(async () => log().includes('"msg":"all workers listening"'), 'both workers to listen', 60_000, 100);
+      for (let kill = 1; kill <= 6; kill++) {
+        const [victim] = childPids(proc.pid!);
+        process.kill(victim!, 'SIGKILL');
+        if (kill === 6) break;
+        // The replacement is forked and listening again (2 + kill workers have listened by now).
+        await waitUntil(async () => count(log(), /"msg":"worker listening"/) === 2 + kill, `restart ${kill}`, 30_000, 50);
+      }
+      expect(await exited).toEqual({ code: 1, signal: null });
+      expect(count(log(), /"msg":"worker died unexpectedly: restarting it"/)).toBe(5);
+      expect(log()).toMatch(/"limit":5,"window_ms":60000,"msg":"workers keep dying: restart budget spent, stopping"/);
+    } finally {
+      if (proc.exitCode === null) proc.kill('SIGKILL');
+    }
+  }, 120_000);
 });
