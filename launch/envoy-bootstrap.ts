@@ -8,8 +8,16 @@ import { readFileSync, writeFileSync } from 'node:fs';
 import { isIP } from 'node:net';
 import { join, resolve } from 'node:path';
 import yaml from 'js-yaml';
+import { MAX_WORKERS } from '../src/config/config';
 import { processorMatches, renderCatchAllRoute, renderPublicRoutes } from './path-policy';
-import { GRACEFUL_CLOSE, serviceHealthChecks, serviceOutlierDetection, workerCommonHttpOptions, workerRetryPolicy } from './envoy-policy';
+import {
+  GRACEFUL_CLOSE,
+  serviceMaxConcurrentStreams,
+  serviceHealthChecks,
+  serviceOutlierDetection,
+  workerCommonHttpOptions,
+  workerRetryPolicy,
+} from './envoy-policy';
 
 export type EnvoyBodyMode = 'full_duplex' | 'buffered';
 
@@ -40,6 +48,8 @@ export interface EnvoyBootstrapOptions {
    * Default 500, defence in depth only: the coordinator itself takes Envoy's per-stream resets.
    */
   readonly extProcStreamCap?: number;
+  /** The service's `server.workers`: above 1, the cluster caps streams per connection so Envoy opens enough (launch/envoy-policy.ts). Default 1. */
+  readonly extProcWorkers?: number;
   /**
    * The public listener without the path policy: one route sends every path to the coordinator
    * and decode, as an Envoy we did not render may. For tests of the service's own allow-list.
@@ -180,6 +190,20 @@ function extProcStreamCap(cap: number | undefined): string {
   ].join('\n');
 }
 
+/** The streams-per-connection cap of a multi-process service, or a comment saying when it is needed. */
+function extProcMaxConcurrentStreams(workers: number | undefined): string {
+  if (workers !== undefined && (!Number.isInteger(workers) || workers < 1 || workers > MAX_WORKERS))
+    throw new EnvoyBootstrapError(`extProcWorkers: expected an integer 1-${MAX_WORKERS}, got ${String(workers)}`);
+  const cap = serviceMaxConcurrentStreams(workers);
+  if (cap === undefined)
+    return '            # server.workers > 1 needs max_concurrent_streams here (--ext-proc-workers N renders it; docs/operations.md).';
+  return [
+    `            # server.workers ${workers}: a connection per ${cap} concurrent streams, dealt out to the service's worker`,
+    "            # processes in turn (launch/envoy-policy.ts). Unset, Envoy's one connection feeds one worker.",
+    `            max_concurrent_streams: ${cap}`,
+  ].join('\n');
+}
+
 /** `obj` as block YAML, every line indented by `indent`. */
 function yamlLines(indent: string, obj: unknown): string {
   return yaml
@@ -259,6 +283,7 @@ function placeholders(o: EnvoyBootstrapOptions): Record<string, string> {
     ACCESS_LOG_PATH: checkPath(o.accessLogPath),
     EXTPROC_TRANSPORT_SOCKET: extProcTransportSocket(o.extProcTls),
     EXTPROC_STREAM_CAP: extProcStreamCap(o.extProcStreamCap),
+    EXTPROC_MAX_CONCURRENT_STREAMS: extProcMaxConcurrentStreams(o.extProcWorkers),
     ...policyPlaceholders(o),
   };
 }
@@ -296,7 +321,8 @@ const USAGE = `usage: npx tsx launch/envoy-bootstrap.ts [options]
   --ext-proc-ca FILE       TLS to the coordinator, trusting this CA (default: plaintext h2c)
   --ext-proc-client-cert FILE, --ext-proc-client-key FILE   Envoy's certificate for mTLS
   --ext-proc-sni NAME      (localhost)
-  --ext-proc-stream-cap N  max_requests_per_connection of the coordinator cluster (500, defence in depth; 0 = none)`;
+  --ext-proc-stream-cap N  max_requests_per_connection of the coordinator cluster (500, defence in depth; 0 = none)
+  --ext-proc-workers N     the coordinator's server.workers (1); above 1 caps streams per connection`;
 
 function parseArgs(argv: string[]): { opts: Partial<EnvoyBootstrapOptions>; out?: string; writeDefaults: boolean } {
   const opts: { -readonly [K in keyof EnvoyBootstrapOptions]?: EnvoyBootstrapOptions[K] } = {};
@@ -361,6 +387,9 @@ function parseArgs(argv: string[]): { opts: Partial<EnvoyBootstrapOptions>; out?
         break;
       case '--ext-proc-stream-cap':
         opts.extProcStreamCap = Number(value());
+        break;
+      case '--ext-proc-workers':
+        opts.extProcWorkers = Number(value());
         break;
       case '-h':
       case '--help':

@@ -119,3 +119,19 @@ export function serviceOutlierDetection(): Record<string, unknown> {
     max_ejection_percent: o.maxEjectionPercent,
   };
 }
+
+/**
+ * `server.workers` > 1: the streams one Envoy worker thread may put on one connection to the
+ * service (the cluster's `http2_protocol_options.max_concurrent_streams`). Envoy's HTTP/2 pool keeps
+ * one connection per host and worker thread and opens another only when that one is full; Node's
+ * cluster gives each connection to one service worker, for the connection's whole life. Uncapped,
+ * one service worker takes every stream of an Envoy thread. With 4, Envoy opens a connection per 4
+ * concurrent streams (an ext_proc stream lasts the whole request), and the primary deals those
+ * connections out in turn. The price is connections: concurrency / 4 of them per Envoy thread.
+ */
+export const WORKER_STREAMS_PER_CONNECTION = 4;
+
+/** The cap for a service with `workers` processes; undefined (Envoy's unlimited default) for one. */
+export function serviceMaxConcurrentStreams(workers: number | undefined): number | undefined {
+  return workers !== undefined && workers > 1 ? WORKER_STREAMS_PER_CONNECTION : undefined;
+}

@@ -78,6 +78,7 @@ const USAGE = `usage: npx tsx launch/epp-topology.ts --out DIR [options]
   --admin-port N            Envoy admin on 127.0.0.1 (19000)
   --async-port N            the async processor's entry on 127.0.0.1 (default: none)
   --coordinator IP:PORT     epd-coordinator gRPC (127.0.0.1:50051)
+  --coordinator-workers N   its server.workers (1); above 1 Envoy caps streams per connection to it
   --epp IP:PORT             EPP ext_proc gRPC (127.0.0.1:9002)
   --access-log PATH         (DIR/access.log)
   --watch-file              EPP re-reads the endpoints file on change (default: off)
@@ -91,6 +92,7 @@ export function parseCliArgs(argv: readonly string[]): { dir: string; opts: Topo
   const envoy = { gatewayPort: 8081, adminPort: 19000, coordinatorAddress: '127.0.0.1:50051', eppAddress: '127.0.0.1:9002' };
   let accessLogPath: string | undefined;
   let asyncPort: number | undefined;
+  let coordinatorWorkers: number | undefined;
   let watchFile = false;
   let prefixCache = true;
   for (let i = 0; i < argv.length; i++) {
@@ -132,6 +134,9 @@ export function parseCliArgs(argv: readonly string[]): { dir: string; opts: Topo
       case '--epp':
         envoy.eppAddress = value();
         break;
+      case '--coordinator-workers':
+        coordinatorWorkers = Number(value());
+        break;
       case '--access-log':
         accessLogPath = value();
         break;
@@ -159,6 +164,7 @@ export function parseCliArgs(argv: readonly string[]): { dir: string; opts: Topo
         publicPort: pub.port,
         ...(accessLogPath ? { accessLogPath } : {}),
         ...(asyncPort !== undefined ? { asyncPort } : {}),
+        ...(coordinatorWorkers !== undefined ? { coordinatorWorkers } : {}),
       },
     },
   };

@@ -85,6 +85,10 @@ export interface LocalStackOptions {
   readonly serviceNodeFlags?: readonly string[];
   /** Progress messages. */
   readonly say?: (msg: string) => void;
+  /** The coordinator's `server.workers` (Envoy's cluster then caps streams per connection). Default 1. */
+  readonly serviceWorkers?: number;
+  /** The `server.workers` Envoy's bootstrap is rendered for, when it differs (benchmarks: the cap alone). */
+  readonly envoyServiceWorkers?: number;
 }
 
 export interface LocalStack {
@@ -174,7 +178,10 @@ export function stackSteps(opts: {
 }
 
 export function coordinatorConfig(
-  opts: Pick<LocalStackOptions, 'ports' | 'kvConnector' | 'logLevel' | 'conditionalDecode' | 'multimodal' | 'prefillParams'>,
+  opts: Pick<
+    LocalStackOptions,
+    'ports' | 'kvConnector' | 'logLevel' | 'conditionalDecode' | 'multimodal' | 'prefillParams' | 'serviceWorkers'
+  >,
 ): string {
   const doc = {
     log_level: opts.logLevel ?? 2,
@@ -183,6 +190,7 @@ export function coordinatorConfig(
       max_request_body_size: 64,
       body_mode: 'auto',
       metrics_addr: `127.0.0.1:${opts.ports.metrics ?? 0}`,
+      ...(opts.serviceWorkers !== undefined && opts.serviceWorkers > 1 ? { workers: opts.serviceWorkers } : {}),
     },
     gateway: { address: `http://127.0.0.1:${opts.ports.gateway}`, timeout: '60s' },
     pipeline: {
@@ -291,7 +299,8 @@ export async function startLocalStack(opts: LocalStackOptions): Promise<LocalSta
         ...service,
         cwd: REPO_ROOT,
         logPath: join(dir, 'coordinator.log'),
-        ready: /"msg":"epd-coordinator listening"/,
+        // Several workers: each logs its own "listening"; the primary says when all are.
+        ready: (opts.serviceWorkers ?? 1) > 1 ? /"msg":"all workers listening"/ : /"msg":"epd-coordinator listening"/,
       }),
     );
     say(`epd-coordinator on 127.0.0.1:${ports.extProc} (config ${configPath})`);
@@ -313,6 +322,7 @@ export async function startLocalStack(opts: LocalStackOptions): Promise<LocalSta
         prefillAddress: `127.0.0.1:${ports.prefill}`,
         decodeAddress: `127.0.0.1:${ports.decode}`,
         accessLogPath,
+        extProcWorkers: opts.envoyServiceWorkers ?? opts.serviceWorkers,
       },
     });
     say(`envoy on 127.0.0.1:${envoy.publicPort} (gateway ${envoy.gatewayPort}, admin ${envoy.adminUrl})`);

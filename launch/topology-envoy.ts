@@ -11,9 +11,11 @@ import { REFUSED_PATH_BODY, REFUSED_PATH_STATUS } from '../src/pipeline/path-pol
 import { allowedMatches, processorMatches } from './path-policy';
 import { fileAccessLog } from './topology-access-log';
 import { envoyProcessingMode } from './ext-proc-policy';
+import { MAX_WORKERS } from '../src/config/config';
 import {
   gracefulCloseRuntime,
   serviceHealthChecks,
+  serviceMaxConcurrentStreams,
   serviceOutlierDetection,
   workerCommonHttpOptions,
   workerRetryPolicy,
@@ -47,6 +49,11 @@ export interface EnvoyConfigOptions {
    * front door. Default none.
    */
   readonly proxyListeners?: readonly ProxyListener[];
+  /**
+   * epd-coordinator's `server.workers`: above 1 its cluster caps the streams per connection, so that
+   * Envoy opens connections for every worker process (launch/envoy-policy.ts). Default 1.
+   */
+  readonly coordinatorWorkers?: number;
 }
 
 export interface ProxyListener {
@@ -121,13 +128,23 @@ function staticCluster(name: string, address: { host: string; port: number }, ex
   };
 }
 
-const H2 = (extra: Record<string, unknown> = {}) => ({
+const H2 = (extra: Record<string, unknown> = {}, http2: Record<string, unknown> = {}) => ({
   'envoy.extensions.upstreams.http.v3.HttpProtocolOptions': {
     '@type': 'type.googleapis.com/envoy.extensions.upstreams.http.v3.HttpProtocolOptions',
     ...extra,
-    explicit_http_config: { http2_protocol_options: { initial_stream_window_size: 16777216, initial_connection_window_size: 67108864 } },
+    explicit_http_config: {
+      http2_protocol_options: { initial_stream_window_size: 16777216, initial_connection_window_size: 67108864, ...http2 },
+    },
   },
 });
+
+/** `max_concurrent_streams` for a multi-process coordinator, else nothing (Envoy's unlimited default). */
+function workerStreamCap(workers: number | undefined): Record<string, unknown> {
+  if (workers !== undefined && (!Number.isInteger(workers) || workers < 1 || workers > MAX_WORKERS))
+    throw new TopologyError(`coordinatorWorkers: expected an integer 1-${MAX_WORKERS}, got ${String(workers)}`);
+  const cap = serviceMaxConcurrentStreams(workers);
+  return cap === undefined ? {} : { max_concurrent_streams: cap };
+}
 
 /** The Envoy bootstrap, YAML. */
 export function renderEnvoyConfig(o: EnvoyConfigOptions): string {
@@ -302,7 +319,10 @@ export function renderEnvoyConfig(o: EnvoyConfigOptions): string {
           per_connection_buffer_limit_bytes: 83886080,
           circuit_breakers: { thresholds: [{ max_connections: 40000, max_pending_requests: 40000, max_requests: 40000 }] },
           // Envoy resets every ext_proc stream when done; see envoy/envoy.template.yaml.
-          typed_extension_protocol_options: H2({ common_http_protocol_options: { max_requests_per_connection: 500 } }),
+          typed_extension_protocol_options: H2(
+            { common_http_protocol_options: { max_requests_per_connection: 500 } },
+            workerStreamCap(o.coordinatorWorkers),
+          ),
           // A draining replica turns NOT_SERVING; Envoy stops opening streams to it (launch/envoy-policy.ts).
           health_checks: serviceHealthChecks(),
           outlier_detection: serviceOutlierDetection(),

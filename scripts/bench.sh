@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# npm run bench [-- SUITE [suite options]]   (default suite: spine; suites: spine, large-body, conditional, selective, compare, budget, dashboard;
+# npm run bench [-- SUITE [suite options]]   (default suite: spine; suites: spine, large-body, conditional, selective, compare, budget, dashboard, workers;
 # `npm run bench -- spine --help`)
 #
 # Benchmarks run everything on 127.0.0.1 with free ports, so they can run next to `npm run stack`.
@@ -22,8 +22,9 @@ case "$suite" in
   compare) exec node --import tsx bench/compare.ts "$@" ;;
   budget) exec node --import tsx bench/budget.ts "$@" ;;
   dashboard) exec node --import tsx bench/dashboard.ts "$@" ;;
+  workers) exec node --import tsx bench/workers.ts "$@" ;;
   *)
-    echo "bench: unknown suite '$suite' (available: spine, large-body, conditional, selective, compare, budget, dashboard)" >&2
+    echo "bench: unknown suite '$suite' (available: spine, large-body, conditional, selective, compare, budget, dashboard, workers)" >&2
     exit 2
     ;;
 esac

@@ -1,7 +1,10 @@
 import { loadConfig } from './config/config';
 import { ConfigError } from './config/errors';
 import { createLogger } from './observability/logger';
-import { startService } from './service';
+import type { startService as StartService } from './service';
+import cluster from 'node:cluster';
+import { runPrimary } from './workers/primary';
+import { workerRole } from './workers/worker';
 
 /** Time allowed after the drain grace period for closing clients, listeners and exporters. */
 const HARD_EXIT_MARGIN_MS = 10_000;
@@ -46,11 +49,20 @@ async function main(): Promise<void> {
     process.exit(1);
   }
   const log = createLogger(args.verbosity ?? config.logLevel);
-  for (const w of config.warnings) log.warn(w);
+  // server.workers > 1: this process only supervises; the workers (this same file, forked) serve.
+  if (config.server.workers > 1 && cluster.isPrimary) {
+    for (const w of config.warnings) log.warn(w);
+    await runPrimary(config, log);
+    return;
+  }
+  const worker = workerRole();
+  if (!worker) for (const w of config.warnings) log.warn(w);
 
-  let service;
+  let service: Awaited<ReturnType<typeof StartService>>;
   try {
-    service = await startService(config, { log });
+    // Loaded here, not at the top: a cluster primary never needs the service (gRPC, steps, clients).
+    const { startService } = await import('./service');
+    service = await startService(config, { log, worker });
   } catch (err) {
     const msg = err instanceof ConfigError ? `configuration error: ${err.message}` : `start-up failed: ${(err as Error).message}`;
     log.fatal(msg);
@@ -60,7 +72,7 @@ async function main(): Promise<void> {
 
   // First signal drains; a second one exits at once.
   let draining = false;
-  const onSignal = (signal: NodeJS.Signals) => {
+  const onSignal = (signal: NodeJS.Signals | 'primary') => {
     if (draining) {
       log.warn({ signal }, 'second signal: exiting now');
       process.exit(1);
@@ -90,6 +102,12 @@ async function main(): Promise<void> {
   };
   process.on('SIGTERM', onSignal);
   process.on('SIGINT', onSignal);
+  // A worker drains when the primary got the signal. A terminal's Ctrl-C reaches both: the
+  // primary's message then finds this worker draining already and changes nothing.
+  worker?.onDrain((second) => {
+    if (second || !draining) onSignal('primary');
+  });
+  worker?.started();
   process.on('unhandledRejection', (reason) => log.error({ err: String(reason) }, 'unhandled rejection'));
 }
 

@@ -36,6 +36,11 @@ export interface ServiceOptions {
   readonly spanSampler?: Sampler;
   /** Registers step types beyond the built-in ones (tests, extensions). */
   readonly registerSteps?: (registry: StepRegistry) => void;
+  /**
+   * Set in a `server.workers` > 1 worker: the cluster primary serves `/metrics`, so this process
+   * hands it its registry (over IPC) instead of listening on `server.metrics_addr`.
+   */
+  readonly worker?: { readonly index: number; exportMetrics(registry: CoordinatorMetrics['registry']): void };
 }
 
 export interface RunningService {
@@ -86,7 +91,7 @@ export async function startService(config: AppConfig, opts: ServiceOptions = {})
   const log = opts.log ?? createLogger(config.logLevel);
   // Certificates first: a bad file should stop start-up before anything connects anywhere.
   const tls = serverCredentials(config.server.tls, { log });
-  const metrics = config.server.metricsAddr ? new CoordinatorMetrics() : undefined;
+  const metrics = config.server.metricsAddr ? new CoordinatorMetrics({ workerIndex: opts.worker?.index }) : undefined;
   const tracing = config.tracing ? new Tracing({ log, exporter: opts.spanExporter, sampler: opts.spanSampler }) : undefined;
   const sideCallObserver = combineSideCallObservers([metrics?.sideCalls, tracing?.sideCalls]);
 
@@ -172,7 +177,8 @@ export async function startService(config: AppConfig, opts: ServiceOptions = {})
       );
 
     let metricsServer: MetricsServer | undefined;
-    if (metrics && config.server.metricsAddr) {
+    if (metrics && opts.worker) opts.worker.exportMetrics(metrics.registry);
+    else if (metrics && config.server.metricsAddr) {
       metricsServer = await startMetricsServer(config.server.metricsAddr, metrics, log);
       const ms = metricsServer;
       cleanups.push(() => ms.close());

@@ -24,6 +24,8 @@ export interface AppConfig {
     readonly shutdownTimeoutMs: number;
     /** `server.drain_delay`: NOT_SERVING but still accepting, before the drain refuses new streams. */
     readonly drainDelayMs: number;
+    /** `server.workers`: processes serving the ext_proc port (1 = this process alone, no cluster primary). */
+    readonly workers: number;
     /** `host:port` of the Prometheus listener; `null` = disabled. */
     readonly metricsAddr: ListenAddress | null;
     readonly streamedResponses: boolean;
@@ -70,6 +72,8 @@ export interface AppConfig {
 }
 
 const MIB = 1024 * 1024;
+/** `server.workers` upper bound. */
+export const MAX_WORKERS = 64;
 /** Scalar keys that sit at the top level of the document, not in a section. */
 const TOP_LEVEL_KEYS = new Set(KEYS.filter((k) => !k.key.includes('.')).map((k) => k.key));
 const KNOWN_SECTIONS: Record<string, Set<string>> = {};
@@ -218,6 +222,9 @@ export function parseConfig(input: unknown, env: NodeJS.ProcessEnv = process.env
   }
   const drainDelayMs = get<number>('server.drain_delay');
   if (drainDelayMs > 300_000) throw new ConfigError('server.drain_delay', 'at most 5m', `${drainDelayMs}ms`);
+  const workers = get<number>('server.workers');
+  // Each worker is a whole service (its own heap, pools and timers): beyond a large node's cores it only costs memory.
+  if (workers > MAX_WORKERS) throw new ConfigError('server.workers', `an integer from 1 to ${MAX_WORKERS}`, workers);
   const maxRequestHeaders = get<number>('server.max_request_headers');
   if (maxRequestHeaders > 65535) throw new ConfigError('server.max_request_headers', 'at most 65535', maxRequestHeaders);
   const sessionLimits = { streamResetBurst: get<number>('server.stream_reset_burst'), streamResetRate: get<number>('server.stream_reset_rate') };
@@ -256,6 +263,7 @@ export function parseConfig(input: unknown, env: NodeJS.ProcessEnv = process.env
       metadataNamespace: get<string>('server.metadata_namespace'),
       shutdownTimeoutMs: get<number>('server.shutdown_timeout'),
       drainDelayMs,
+      workers,
       metricsAddr: metricsAddress(get<string>('server.metrics_addr'), get<number | undefined>('server.metrics_port'), lookup(doc, 'server.metrics_addr') !== undefined || env[envName('server.metrics_addr')] !== undefined),
       streamedResponses: get<boolean>('server.streamed_responses'),
       streamIdleTimeoutMs: streamIdleMs,

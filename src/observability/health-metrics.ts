@@ -18,6 +18,8 @@ export function registerHealthGauges(registry: Registry, health: HealthStatuses,
     name: 'epd_coordinator_ready',
     help: 'Readiness (grpc.health.v1 service envoy.service.ext_proc.v3.ExternalProcessor): 1 SERVING, 0 NOT_SERVING (a readiness check failed, or draining).',
     registers: [registry],
+    // server.workers > 1: 1 only while every worker is ready.
+    aggregator: 'min',
     collect() {
       this.set(up(EXT_PROC_SERVICE_NAME));
     },
@@ -28,6 +30,7 @@ export function registerHealthGauges(registry: Registry, health: HealthStatuses,
     help: 'Non-gating dependencies (health service epd.coordinator.dependency.<name>): 1 SERVING, 0 NOT_SERVING.',
     labelNames: ['dependency'],
     registers: [registry],
+    aggregator: 'min',
     collect() {
       for (const d of dependencies) this.labels(d).set(up(dependencyServiceName(d)));
     },

@@ -61,6 +61,11 @@ export interface MetricsOptions {
    */
   readonly eventLoopMonitoringPrecisionMs?: number;
   readonly maxModelNames?: number;
+  /**
+   * Set in a `server.workers` > 1 worker: its slot, the `worker` label of
+   * `epd_coordinator_worker_streams_total`, which shows how Envoy's connections spread the load.
+   */
+  readonly workerIndex?: number;
 }
 
 export const EVENT_LOOP_MONITORING_PRECISION_MS = 100;
@@ -104,6 +109,7 @@ export class CoordinatorMetrics implements PipelineObserver {
   private readonly forceStreamBuffered: Gauge;
   private readonly extProcMessages: Counter;
   private readonly messageSeries = new Map<string, Counter.Internal>();
+  private readonly workerStreams: Counter.Internal | undefined;
 
   constructor(opts: MetricsOptions = {}) {
     const registers = [this.registry];
@@ -248,6 +254,16 @@ export class CoordinatorMetrics implements PipelineObserver {
       registers,
     });
 
+    this.workerStreams =
+      opts.workerIndex === undefined
+        ? undefined
+        : new Counter({
+            name: `${OWN}worker_streams_total`,
+            help: 'ext_proc streams each worker process opened (server.workers > 1 only): whether Envoy spreads its connections over the workers.',
+            labelNames: ['worker'],
+            registers,
+          }).labels(String(opts.workerIndex));
+
     if (opts.processMetrics ?? true) {
       collectDefaultMetrics({
         register: this.registry,
@@ -264,6 +280,7 @@ export class CoordinatorMetrics implements PipelineObserver {
       received: (message) => this.messageReceived(message),
       opened: () => {
         this.activeStreams.inc();
+        this.workerStreams?.inc();
         const started = performance.now();
         return () => {
           this.activeStreams.dec();

@@ -22,6 +22,8 @@ export function registerQueueGauges(registry: Registry, prefix: string, sources:
     help: 'Jobs waiting in an async-broker queue (ZCARD). Exported by one service replica at a time (a lease in Redis).',
     labelNames: ['queue'],
     registers: [registry],
+    // Each server.workers process is a replica of its own for the lease: never add two reports up.
+    aggregator: 'max',
     async collect() {
       this.reset();
       for (const s of await read()) this.labels(s.queue).set(s.depth);
@@ -32,6 +34,8 @@ export function registerQueueGauges(registry: Registry, prefix: string, sources:
     help: 'Age of the oldest waiting job of an async-broker queue (from its created time; 0 when empty). One replica at a time.',
     labelNames: ['queue'],
     registers: [registry],
+    // Each server.workers process is a replica of its own for the lease: never add two reports up.
+    aggregator: 'max',
     async collect() {
       this.reset();
       for (const s of await read()) this.labels(s.queue).set(s.oldestAgeSeconds ?? 0);

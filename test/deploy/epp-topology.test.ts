@@ -26,6 +26,7 @@ import {
   WORKER_IDLE_TIMEOUT_SECONDS,
   WORKER_KEEPALIVE_SECONDS,
   WORKER_RETRY,
+  WORKER_STREAMS_PER_CONNECTION,
 } from '../../launch/envoy-policy';
 import { envoyValidate } from './envoy-validate';
 import { allowedMatches } from '../../launch/path-policy';
@@ -224,6 +225,24 @@ describe('no-Kubernetes topology files (launch/epp-topology.ts)', () => {
       interval: `${SERVICE_HEALTH_CHECK.intervalSeconds}s`,
       grpc_health_check: { service_name: SERVICE_HEALTH_CHECK.service },
     });
+  });
+
+  test('coordinatorWorkers > 1 caps the streams per connection to the coordinator (Envoy then opens one per few streams); 1 or unset leaves no cap', () => {
+    const h2Of = (doc: Json) => {
+      const c = (doc['static_resources']['clusters'] as Json[]).find((x) => x['name'] === 'epd_coordinator')!;
+      return c['typed_extension_protocol_options']['envoy.extensions.upstreams.http.v3.HttpProtocolOptions']['explicit_http_config'][
+        'http2_protocol_options'
+      ];
+    };
+    expect(h2Of(envoy)['max_concurrent_streams']).toBeUndefined();
+    const render = (coordinatorWorkers: number) =>
+      yaml.load(renderEnvoyConfig({ ...OPTS.envoy, accessLogPath: '/dev/stdout', coordinatorWorkers })) as Json;
+    expect(h2Of(render(1))['max_concurrent_streams']).toBeUndefined();
+    expect(h2Of(render(2))['max_concurrent_streams']).toBe(WORKER_STREAMS_PER_CONNECTION);
+    expect(() => render(0)).toThrow('coordinatorWorkers: expected an integer 1-64, got 0');
+    expect(parseCliArgs(['--out', 'x', '--decode', 'd=127.0.0.1:8300', '--coordinator-workers', '3']).opts.envoy.coordinatorWorkers).toBe(
+      3,
+    );
   });
 
   test('access log: upstream= and prefiller= on both listeners, our dynamic metadata on the public one, and it parses back', () => {

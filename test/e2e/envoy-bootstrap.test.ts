@@ -9,6 +9,7 @@ import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { COMMITTED_BOOTSTRAPS, EnvoyBootstrapError, renderEnvoyBootstrap, type EnvoyBodyMode } from '../../launch/envoy-bootstrap';
 import { AccessLog } from '../support/access-log';
+import { WORKER_STREAMS_PER_CONNECTION } from '../../launch/envoy-policy';
 import { ensureEnvoy, startEnvoy, type EnvoyHandle } from '../../launch/envoy';
 
 describe('committed Envoy bootstraps', () => {
@@ -49,6 +50,14 @@ describe('committed Envoy bootstraps', () => {
     const text = renderEnvoyBootstrap();
     const binds = [...text.matchAll(/socket_address: \{ address: ([^,]+), port_value: (8080|8081|19000) \}/g)].map((m) => m[1]);
     expect(binds).toEqual(['127.0.0.1', '127.0.0.1', '127.0.0.1']);
+  });
+
+  it('extProcWorkers > 1 caps the service cluster at a few streams per connection (the committed files, for one process, do not)', () => {
+    const cap = (text: string) => /^\s+max_concurrent_streams: (\d+)$/m.exec(text)?.[1];
+    expect(cap(renderEnvoyBootstrap())).toBeUndefined();
+    expect(cap(renderEnvoyBootstrap({ extProcWorkers: 1 }))).toBeUndefined();
+    expect(cap(renderEnvoyBootstrap({ extProcWorkers: 4 }))).toBe(String(WORKER_STREAMS_PER_CONNECTION));
+    expect(() => renderEnvoyBootstrap({ extProcWorkers: 65 })).toThrow('extProcWorkers: expected an integer 1-64, got 65');
   });
 
   it('rejects addresses Envoy cannot use and unquotable log paths', () => {

@@ -24,7 +24,8 @@ import {
   walkObjects,
   writeYaml,
 } from './egctl-translation';
-import { METADATA_KEYS } from './manifest-files';
+import { METADATA_KEYS, loadManifests } from './manifest-files';
+import { WORKER_STREAMS_PER_CONNECTION } from '../../../launch/envoy-policy';
 import { envoyValidate } from '../envoy-validate';
 
 type Json = Record<string, unknown>;
@@ -161,6 +162,32 @@ const title = haveEgctl
       typeof o['portValue'] === 'number' ? [o['portValue']] : [],
     );
     expect(ports).toEqual([50051]);
+  });
+
+  test("server.workers > 1: the maxConcurrentStreams line config/k8s names becomes the cluster's max_concurrent_streams", () => {
+    const objs = loadManifests().map((m) => m.obj);
+    const policy = objs.find((o) => o.kind === 'EnvoyExtensionPolicy') as unknown as {
+      spec: { extProc: { backendSettings: { http2: Record<string, unknown> } }[] };
+    };
+    policy.spec.extProc[0]!.backendSettings.http2['maxConcurrentStreams'] = WORKER_STREAMS_PER_CONNECTION;
+    const input = translationInput(objs);
+    const proxyOf = (gw: (typeof input)[number]) =>
+      (gw['spec'] as { infrastructure?: { parametersRef?: { name: string } } }).infrastructure?.parametersRef?.name;
+    const proxyName = proxyOf(input.find((o) => o.kind === 'Gateway' && o.metadata.name === PUBLIC_GATEWAY)!);
+    const file = path.join(tmp, 'workers.yaml');
+    writeYaml(
+      file,
+      input.filter((o) => o.kind !== 'EnvoyProxy' || o.metadata.name === proxyName),
+    );
+    const t = translate(file);
+    expect(failedConditions(t.resources)).toEqual([]);
+    const cluster = clustersOf(t.xds[`${TRANSLATE_NAMESPACE}/${PUBLIC_GATEWAY}`]!).find((c) =>
+      String(c['name']).startsWith('envoyextensionpolicy/'),
+    )!;
+    const opts = (cluster['typedExtensionProtocolOptions'] as Json)['envoy.extensions.upstreams.http.v3.HttpProtocolOptions'] as Json;
+    expect(((opts['explicitHttpConfig'] as Json)['http2ProtocolOptions'] as Json)['maxConcurrentStreams']).toBe(
+      WORKER_STREAMS_PER_CONNECTION,
+    );
   });
 
   test("the public access log prints the coordinator's metadata; the internal one the role of each side call", () => {

@@ -25,6 +25,7 @@ import {
   pathPolicy,
 } from '../../../src/pipeline/path-policy';
 import { allowedMatches } from '../../../launch/path-policy';
+import { WORKER_STREAMS_PER_CONNECTION } from '../../../launch/envoy-policy';
 import { CrdCatalog, SHARED_CRDS_DIR, envoyGatewayCrdDirs } from './crd-catalog';
 import {
   EGCTL,
@@ -178,6 +179,23 @@ const helmTitle = 'Helm chart charts/epd-coordinator';
       for (const b of backends(mine)) expect(b).toMatchObject({ kind: 'InferencePool', name: 'qwen-vl-pool' });
     });
 
+    test('config.server.workers > 1: the coordinator runs that many workers, and Envoy (Gateway or Istio) caps the streams per connection so it opens enough for them; 1 caps nothing', () => {
+      type Policy = K8sObject & { spec: { extProc: { backendSettings: { http2: Json } }[] } };
+      type Rule = K8sObject & { spec: { trafficPolicy: { connectionPool: { http: Json } } } };
+      const http2 = (objs: readonly K8sObject[]) => find<Policy>(objs, 'EnvoyExtensionPolicy').spec.extProc[0]!.backendSettings.http2;
+      const istioHttp = (objs: readonly K8sObject[]) => find<Rule>(objs, 'DestinationRule').spec.trafficPolicy.connectionPool.http;
+      const one = render();
+      expect(coordinatorYaml(one).server['workers']).toBe(1);
+      expect(http2(one)['maxConcurrentStreams']).toBeUndefined();
+      expect(istioHttp(render({ gateways: { provider: 'istio' } }))['maxConcurrentStreams']).toBeUndefined();
+      const two = render({ config: { server: { workers: 2 } } });
+      expect(coordinatorYaml(two).server['workers']).toBe(2);
+      expect(http2(two)['maxConcurrentStreams']).toBe(WORKER_STREAMS_PER_CONNECTION);
+      expect(istioHttp(render({ gateways: { provider: 'istio' }, config: { server: { workers: 2 } } }))['maxConcurrentStreams']).toBe(
+        WORKER_STREAMS_PER_CONNECTION,
+      );
+      expect(() => render({ config: { server: { workers: 65 } } })).toThrow(/workers/);
+    });
     test('helm lint --strict passes', () => {
       const r = spawnSync(HELM, ['lint', '--strict', CHART_DIR, '--kube-version', '1.30.0'], { encoding: 'utf8', timeout: 60_000 });
       expect({ status: r.status, out: r.status === 0 ? '' : r.stdout + r.stderr }).toEqual({ status: 0, out: '' });

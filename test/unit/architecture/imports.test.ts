@@ -6,6 +6,8 @@
  * The layering (each layer knows only the ones below it; README "Layout" names the folders):
  * - main.ts and service.ts wire everything and sit on top; server-tls.ts is a wiring helper, and
  *   self-signed-cert.ts (node:crypto only) makes its default certificate.
+ * - workers (server.workers > 1: the cluster primary and the worker's IPC side) sits beside
+ *   service.ts, under main.ts: it serves the summed /metrics, so it uses observability and config.
  * - observability implements the hooks the lower layers define (PipelineObserver, SideCallObserver,
  *   the stream observer), so it may import them; nothing below imports observability.
  * - extproc and the pipeline meet only at the Decision/RequestHandler seam: extproc may import
@@ -25,10 +27,11 @@ import * as ts from 'typescript';
 
 /** What each top-level entry of src/ may import: a folder or file name, or one file (`folder/file.ts`). */
 const LAYERS: Record<string, readonly string[]> = {
-  'main.ts': ['service.ts', 'observability', 'config'],
+  'main.ts': ['service.ts', 'workers', 'observability', 'config'],
   'service.ts': ['server-tls.ts', 'observability', 'extproc', 'steps', 'gateway', 'pipeline', 'config'],
   'server-tls.ts': ['config', 'self-signed-cert.ts'],
   'self-signed-cert.ts': [],
+  workers: ['observability', 'config'],
   observability: ['extproc', 'gateway', 'pipeline', 'config'],
   extproc: ['pipeline/decision.ts', 'pipeline/forward-headers.ts', 'pipeline/hop-by-hop.ts'],
   steps: ['connectors', 'gateway', 'pipeline', 'config'],

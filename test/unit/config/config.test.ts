@@ -24,6 +24,12 @@ describe('parseConfig', () => {
     expect(c.pipeline.steps).toEqual([]);
   });
 
+  test('server.workers: 1 by default (one process, no cluster primary), up to 64, also from the environment', () => {
+    expect(parseConfig({}, {}).server.workers).toBe(1);
+    expect(parseConfig({ server: { workers: 64 } }, {}).server.workers).toBe(64);
+    expect(parseConfig({}, { COORDINATOR_SERVER_WORKERS: '4' }).server.workers).toBe(4);
+  });
+
   test('server.drain_delay: 0 by default (the preStop sleep does it under Kubernetes), a duration up to 5m', () => {
     expect(parseConfig({}, {}).server.drainDelayMs).toBe(0);
     expect(parseConfig({ server: { drain_delay: '5s' } }, {}).server.drainDelayMs).toBe(5000);
@@ -63,6 +69,10 @@ describe('parseConfig', () => {
     [{ server: 'x' }, 'server: expected a map'],
     [{ server: { stream_reset_burst: 0 } }, 'server.stream_reset_burst: expected an integer >= 1'],
     [{ server: { stream_reset_rate: 2 ** 32 } }, 'server.stream_reset_rate: expected at most 4294967295'],
+    [{ server: { workers: 0 } }, 'server.workers: expected an integer >= 1'],
+    [{ server: { workers: 65 } }, 'server.workers: expected an integer from 1 to 64'],
+    [{ server: { workers: 1.5 } }, 'server.workers: expected an integer'],
+    [{ server: { workers: 'two' } }, 'server.workers: expected an integer'],
   ])('a bad value names the key: %j', (doc, message) => {
     expect(() => parseConfig(doc, {})).toThrow(ConfigError);
     expect(() => parseConfig(doc, {})).toThrow(message);
