@@ -7,6 +7,8 @@ import fs from 'node:fs';
 import path from 'node:path';
 import * as grpc from '@grpc/grpc-js';
 import * as protoLoader from '@grpc/proto-loader';
+import type { ProcessCodec } from './lean-call';
+import type { ProcessingRequestIn, ProcessingResponseOut } from './wire';
 
 /** The entry file, relative to the proto root. */
 export const EXT_PROC_PROTO_FILE = 'envoy/service/ext_proc/v3/external_processor.proto';
@@ -51,4 +53,13 @@ export function loadExtProcPackage(protoRoot: string = findProtoRoot()): protoLo
 /** The service definition to pass to `grpc.Server.addService`. */
 export function extProcServiceDefinition(protoRoot?: string): grpc.ServiceDefinition {
   return loadExtProcPackage(protoRoot)[EXT_PROC_SERVICE_NAME] as grpc.ServiceDefinition;
+}
+
+/**
+ * The `Process` messages' codec, taken from the same definition grpc-js is given: the lean
+ * transport hands ProcessStream exactly the objects grpc-js would (wire.ts).
+ */
+export function processCodec(protoRoot?: string): ProcessCodec {
+  const method = extProcServiceDefinition(protoRoot)['Process'] as grpc.MethodDefinition<ProcessingRequestIn, ProcessingResponseOut>;
+  return { decode: method.requestDeserialize, encode: method.responseSerialize };
 }
