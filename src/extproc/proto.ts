@@ -8,6 +8,7 @@ import path from 'node:path';
 import * as grpc from '@grpc/grpc-js';
 import * as protoLoader from '@grpc/proto-loader';
 import type { ProcessCodec } from './lean-call';
+import { fastRequestDecoder } from './request-decoder';
 import type { ProcessingRequestIn, ProcessingResponseOut } from './wire';
 
 /** The entry file, relative to the proto root. */
@@ -56,10 +57,12 @@ export function extProcServiceDefinition(protoRoot?: string): grpc.ServiceDefini
 }
 
 /**
- * The `Process` messages' codec, taken from the same definition grpc-js is given: the lean
- * transport hands ProcessStream exactly the objects grpc-js would (wire.ts).
+ * The `Process` messages' codec for the lean transport: it hands ProcessStream exactly the objects
+ * grpc-js would (wire.ts). Requests go through the fast decoder (request-decoder.ts), which defers
+ * to the deserializer grpc-js is given for anything uncommon; responses through that definition's
+ * serializer.
  */
 export function processCodec(protoRoot?: string): ProcessCodec {
   const method = extProcServiceDefinition(protoRoot)['Process'] as grpc.MethodDefinition<ProcessingRequestIn, ProcessingResponseOut>;
-  return { decode: method.requestDeserialize, encode: method.responseSerialize };
+  return { decode: fastRequestDecoder(method.requestDeserialize), encode: method.responseSerialize };
 }
