@@ -16,7 +16,7 @@ import { HealthProbe } from '../unit/observability/health-client';
 import { makeTestPki, type TestPki } from '../unit/observability/certs';
 import { EnvoyClient, type EnvoyStream, type ProcessingResponseMsg } from './envoy-client';
 import { eventually, forward, respond, ScriptedHandler } from './fake-handler';
-import { chatHeaders, NS, patternBytes } from './harness';
+import { chatHeaders, expectStillServing, NS, patternBytes } from './harness';
 
 interface Served {
   readonly server: ExtProcServer;
@@ -110,13 +110,14 @@ async function raw(
   }
 }
 
-async function expectStillServing(s: Served): Promise<void> {
-  s.handler.reset(() => ({ decide: () => respond(200, {}, Buffer.from('ok')) }));
-  const stream = s.client.open();
-  stream.sendHeaders(chatHeaders(), { endOfStream: true });
-  expect((await stream.next()).immediate_response!.body.toString()).toBe('ok');
-  stream.end();
-  expect((await stream.status).code).toBe(grpc.status.OK);
+/** grpc.health.v1 Check of the overall service, as a kubelet or Envoy's health checker asks. */
+async function health(port: number, credentials?: grpc.ChannelCredentials): Promise<string> {
+  const probe = new HealthProbe(`127.0.0.1:${port}`, credentials);
+  try {
+    return await probe.check('');
+  } finally {
+    probe.close();
+  }
 }
 
 let lean: Served;
@@ -301,12 +302,7 @@ describe("the lean call's own edges (a raw HTTP/2 client)", () => {
 
 describe('grpc-js still serves every other stream on the same port', () => {
   it('grpc.health.v1 Check, and UNIMPLEMENTED for a method nobody registered', async () => {
-    const probe = new HealthProbe(`127.0.0.1:${lean.server.port}`);
-    try {
-      expect(await probe.check('')).toBe('SERVING');
-    } finally {
-      probe.close();
-    }
+    expect(await health(lean.server.port)).toBe('SERVING');
     const a = await raw(lean.server.port, {
       path: '/envoy.service.ext_proc.v3.ExternalProcessor/NoSuchMethod',
       data: frame(Buffer.alloc(0)),
@@ -339,12 +335,7 @@ describe('grpc-js still serves every other stream on the same port', () => {
       expect((await st.next()).request_body!.response!.body_mutation!.streamed_response!.body.toString()).toBe('{"n":1}{"n":1}');
       st.end();
       expect((await st.status).code).toBe(grpc.status.OK);
-      const probe = new HealthProbe(`127.0.0.1:${tls.server.port}`, grpc.credentials.createSsl(pki.read(pki.caCert)));
-      try {
-        expect(await probe.check('')).toBe('SERVING');
-      } finally {
-        probe.close();
-      }
+      expect(await health(tls.server.port, grpc.credentials.createSsl(pki.read(pki.caCert)))).toBe('SERVING');
     });
   });
 });
@@ -380,12 +371,7 @@ describe('shutdown reaches the lean calls (grpc-js does not track them)', () => 
       const late = s.client.open();
       late.sendHeaders(chatHeaders(), { endOfStream: true });
       expect((await late.status).code).toBe(grpc.status.UNAVAILABLE);
-      const probe = new HealthProbe(`127.0.0.1:${s.server.port}`);
-      try {
-        expect(await probe.check('')).toBe('SERVING');
-      } finally {
-        probe.close();
-      }
+      expect(await health(s.server.port)).toBe('SERVING');
       expect(await drained).toBe(1);
       await aborted;
       expect(s.server.activeStreams()).toBe(0);
