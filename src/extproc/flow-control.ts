@@ -36,14 +36,22 @@ export function widenReceiveWindows(session: http2.ServerHttp2Session): void {
   }
 }
 
-/** A grpc-js server whose HTTP/2 sessions get the receive windows above. */
-export function createWideWindowServer(options: grpc.ServerOptions): grpc.Server {
+/**
+ * A grpc-js server whose HTTP/2 sessions get the receive windows above. `onHttp2Server` sees each
+ * node:http2 server grpc-js makes (one per bound address), once grpc-js listens on it: the lean
+ * transport takes its `Process` streams there (lean-transport.ts).
+ */
+export function createWideWindowServer(
+  options: grpc.ServerOptions,
+  onHttp2Server?: (h2: http2.Http2Server | http2.Http2SecureServer) => void,
+): grpc.Server {
   const server = new grpc.Server(options);
   const base = baseCreateHttp2Server;
   if (typeof base === 'function') {
     (server as unknown as Http2ServerFactory).createHttp2Server = function (credentials) {
       const h2 = base.call(this, credentials);
       h2.on('session', widenReceiveWindows);
+      onHttp2Server?.(h2);
       return h2;
     };
   }

@@ -7,7 +7,7 @@
  * request: a client of the public listener cannot set it (what a client sends arrives inside the
  * protocol messages). The pipeline only learns the origin's name (RequestHead.origin).
  */
-import type * as grpc from '@grpc/grpc-js';
+import type { CallMetadata } from './outbound';
 
 export const ORIGIN_METADATA_KEY = 'x-epd-origin';
 
@@ -15,7 +15,7 @@ export const ORIGIN_METADATA_KEY = 'x-epd-origin';
 const ORIGIN_NAME = /^[a-z0-9][a-z0-9-]{0,62}$/;
 
 /** The stream's origin, or undefined (the public entry, or a value that is not a plain name). */
-export function streamOrigin(call: { readonly metadata?: grpc.Metadata }): string | undefined {
+export function streamOrigin(call: { readonly metadata?: CallMetadata }): string | undefined {
   const values = call.metadata?.get(ORIGIN_METADATA_KEY);
   // Several values would be a misconfigured filter: trust none of them.
   if (!values || values.length !== 1) return undefined;

@@ -3,15 +3,36 @@
  *
  * Every answer goes through one ordered queue ({@link Outbound.enqueue}), so answers leave in the
  * order Envoy expects even when a decision takes seconds and more messages arrive meanwhile. When
- * grpc-js says its buffer is full, reading stops until 'drain' (a pass-through echo must not buffer
+ * the call says its buffer is full, reading stops until 'drain' (a pass-through echo must not buffer
  * without bound). Once the final message of a local reply is out ({@link Outbound.seal}), or the
  * call is ending or closed, every write is a no-op.
  */
-import type * as grpc from '@grpc/grpc-js';
 import type { Logger } from 'pino';
 import type { ProcessingRequestIn, ProcessingResponseOut } from './wire';
 
-export type ProcessCall = grpc.ServerDuplexStream<ProcessingRequestIn, ProcessingResponseOut>;
+/** A call's request metadata, read as grpc-js's `Metadata.get` reads it (origin.ts). */
+export interface CallMetadata {
+  get(key: string): ReadonlyArray<string | Buffer>;
+}
+
+/**
+ * What ProcessStream and Outbound use of one `Process` call. Both transports satisfy it as they
+ * are: grpc-js's ServerDuplexStream, and lean-call.ts.
+ * - 'data' per message, 'end' on Envoy's half-close, 'drain' after a `write` returned false;
+ * - 'cancelled' (reset, session gone), 'close' (the call is over), 'error' (it failed);
+ * - `emit('error', {code, details})` ends the call with that status, `end()` with OK.
+ */
+export interface ProcessCall {
+  readonly metadata: CallMetadata;
+  write(msg: ProcessingResponseOut): boolean;
+  end(): void;
+  pause(): unknown;
+  resume(): unknown;
+  emit(event: 'error', status: { code: number; details: string }): boolean;
+  on(event: 'data', listener: (msg: ProcessingRequestIn) => void): unknown;
+  on(event: 'end' | 'drain' | 'cancelled' | 'close', listener: () => void): unknown;
+  on(event: 'error', listener: (err: Error) => void): unknown;
+}
 
 /**
  * - open: we may write
@@ -21,7 +42,7 @@ export type ProcessCall = grpc.ServerDuplexStream<ProcessingRequestIn, Processin
 export type CallState = 'open' | 'ending' | 'closed';
 
 const RESOLVED: Promise<void> = Promise.resolve();
-/** grpc.status codes; the type-only grpc import keeps the runtime free of grpc-js here. */
+/** grpc.status codes (no grpc-js import here). */
 export const GRPC_INTERNAL = 13;
 export const GRPC_DEADLINE_EXCEEDED = 4;
 
@@ -61,7 +82,7 @@ export class Outbound {
     this.enqueue(() => this.send(msg));
   }
 
-  /** Writes one message; waits for 'drain' when grpc-js says its buffer is full. */
+  /** Writes one message; waits for 'drain' when the call says its buffer is full. */
   send(msg: ProcessingResponseOut): Promise<void> {
     if (!this.canWrite()) return RESOLVED;
     if (this.call.write(msg)) return RESOLVED;

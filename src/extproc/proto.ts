@@ -7,6 +7,9 @@ import fs from 'node:fs';
 import path from 'node:path';
 import * as grpc from '@grpc/grpc-js';
 import * as protoLoader from '@grpc/proto-loader';
+import type { ProcessCodec } from './lean-call';
+import { fastRequestDecoder } from './request-decoder';
+import type { ProcessingRequestIn, ProcessingResponseOut } from './wire';
 
 /** The entry file, relative to the proto root. */
 export const EXT_PROC_PROTO_FILE = 'envoy/service/ext_proc/v3/external_processor.proto';
@@ -51,4 +54,15 @@ export function loadExtProcPackage(protoRoot: string = findProtoRoot()): protoLo
 /** The service definition to pass to `grpc.Server.addService`. */
 export function extProcServiceDefinition(protoRoot?: string): grpc.ServiceDefinition {
   return loadExtProcPackage(protoRoot)[EXT_PROC_SERVICE_NAME] as grpc.ServiceDefinition;
+}
+
+/**
+ * The `Process` messages' codec for the lean transport: it hands ProcessStream exactly the objects
+ * grpc-js would (wire.ts). Requests go through the fast decoder (request-decoder.ts), which defers
+ * to the deserializer grpc-js is given for anything uncommon; responses through that definition's
+ * serializer.
+ */
+export function processCodec(protoRoot?: string): ProcessCodec {
+  const method = extProcServiceDefinition(protoRoot)['Process'] as grpc.MethodDefinition<ProcessingRequestIn, ProcessingResponseOut>;
+  return { decode: fastRequestDecoder(method.requestDeserialize), encode: method.responseSerialize };
 }

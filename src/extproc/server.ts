@@ -1,6 +1,10 @@
 /**
  * The gRPC side of the ext_proc service: message-size limits, the `Process` handler (one
- * ProcessStream per call) and the server lifecycle.
+ * ProcessStream per call), the transport that carries it and the server lifecycle.
+ *
+ * `Process` is served by the lean transport (lean-transport.ts: node:http2 directly) on the
+ * listener grpc-js owns; grpc-js keeps TLS, the sessions and every other service, and serves
+ * `Process` itself when asked (`transport: 'grpc-js'`) or when its hook is missing.
  *
  * Other services (grpc.health.v1, ...) share the server: either pass `configure`, which is called
  * before the server binds, or build your own server with `extProcServerOptions()` and call
@@ -12,8 +16,10 @@ import type { RequestHandler } from '../pipeline/decision';
 import type { FallbackBodyMode } from './body-mode';
 import { createWideWindowServer } from './flow-control';
 import { DEFAULT_MAX_REQUEST_HEADERS } from './header-budget';
+import { LeanTransport } from './lean-transport';
 import { ProcessStream, type ProcessCall } from './process-stream';
-import { extProcServiceDefinition } from './proto';
+import { extProcServiceDefinition, processCodec } from './proto';
+import type { ProcessingRequestIn, ProcessingResponseOut } from './wire';
 import { applySessionLimits, DEFAULT_SESSION_LIMITS, type SessionLimits } from './session-limits';
 
 /** Room for headers, metadata and protobuf framing around the largest body. */
@@ -104,6 +110,8 @@ export interface StreamObserver {
 export interface ExtProcService {
   /** `Process` streams currently open. */
   activeStreams(): number;
+  /** Starts a ProcessStream on a call of either transport (grpc-js's `Process` handler is this). */
+  readonly serve: (call: ProcessCall) => void;
   /**
    * From now on every new `Process` call is answered UNAVAILABLE at once (Envoy then fails that
    * request, or retries it on another host); open streams carry on. Other services keep serving.
@@ -160,14 +168,23 @@ export function addExtProcService(server: grpc.Server, opts: ExtProcServiceOptio
       throw err;
     }
   };
-  server.addService(extProcServiceDefinition(), { Process: process });
+  // Typed here so that the compiler checks grpc-js's call against ProcessCall.
+  const grpcJsProcess = (call: grpc.ServerDuplexStream<ProcessingRequestIn, ProcessingResponseOut>): void => process(call);
+  server.addService(extProcServiceDefinition(), { Process: grpcJsProcess });
   return {
     activeStreams: () => active,
+    serve: process,
     refuseNewStreams: () => {
       refusing = true;
     },
   };
 }
+
+/**
+ * What carries `Process`: `lean` (default) the lean transport, `grpc-js` grpc-js itself (the A/B
+ * baseline of the budget bench, and the fallback the lean one must match).
+ */
+export type ProcessTransport = 'lean' | 'grpc-js';
 
 export interface ExtProcServerOptions extends ExtProcServiceOptions {
   /** `host:port` (`127.0.0.1:0` picks a free port) or `unix:///path/to.sock`. */
@@ -178,6 +195,8 @@ export interface ExtProcServerOptions extends ExtProcServiceOptions {
   readonly configure?: (server: grpc.Server) => void;
   /** HTTP/2 session limits (Envoy's per-stream resets); default {@link DEFAULT_SESSION_LIMITS}. */
   readonly sessionLimits?: SessionLimits;
+  /** Default `lean`. */
+  readonly transport?: ProcessTransport;
 }
 
 export interface ExtProcServer {
@@ -185,6 +204,8 @@ export interface ExtProcServer {
   readonly port: number;
   /** The underlying server, for services added later. */
   readonly server: grpc.Server;
+  /** What carries `Process` on this server: `grpc-js` if the lean transport was not asked for, or could not hook in. */
+  readonly transport: ProcessTransport;
   activeStreams(): number;
   /** Stops accepting calls, waits up to `graceMs` for open streams, then cancels the rest. */
   shutdown(graceMs: number): Promise<void>;
@@ -199,7 +220,8 @@ export interface ExtProcServer {
 }
 
 export async function startExtProcServer(opts: ExtProcServerOptions): Promise<ExtProcServer> {
-  const server = createWideWindowServer(extProcServerOptions(opts.maxBodyBytes));
+  let lean: LeanTransport | undefined;
+  const server = createWideWindowServer(extProcServerOptions(opts.maxBodyBytes), (h2) => lean?.attach(h2));
   if (!applySessionLimits(server, opts.sessionLimits ?? DEFAULT_SESSION_LIMITS)) {
     opts.log.warn("this grpc-js has no commonServerOptions: HTTP/2 sessions keep Node's stream-reset limit (1000, 33/s)");
   } else if (Number(process.versions.node.split('.')[0]) < 24) {
@@ -207,24 +229,36 @@ export async function startExtProcServer(opts: ExtProcServerOptions): Promise<Ex
     opts.log.warn({ node: process.version }, 'Node < 24 ignores server.stream_reset_burst/rate: run on Node 24');
   }
   const service = addExtProcService(server, opts);
+  if ((opts.transport ?? 'lean') === 'lean') {
+    const limits = messageLimits(opts.maxBodyBytes);
+    lean = new LeanTransport(service.serve, { codec: processCodec(), receiveBytes: limits.receiveBytes, sendBytes: limits.sendBytes });
+  }
   opts.configure?.(server);
   const credentials = opts.credentials ?? grpc.ServerCredentials.createInsecure();
   const port = await new Promise<number>((resolve, reject) => {
     server.bindAsync(opts.address, credentials, (err, boundPort) => (err ? reject(err) : resolve(boundPort)));
   });
+  if (lean && !lean.serving)
+    opts.log.warn('this grpc-js cannot be hooked: it serves the Process method itself (the lean transport is off)');
+  // grpc-js does not know the lean calls: ending its sessions resets them, and they are cancelled here too.
+  const forceShutdown = (): void => {
+    server.forceShutdown();
+    lean?.cancelAll();
+  };
   return {
     port,
     server,
+    transport: lean?.serving ? 'lean' : 'grpc-js',
     activeStreams: service.activeStreams,
-    shutdown: (graceMs: number) => shutdownGracefully(server, graceMs),
+    shutdown: (graceMs: number) => shutdownGracefully(server, graceMs, forceShutdown),
     drain: async (graceMs: number) => {
       service.refuseNewStreams();
       await waitUntil(() => service.activeStreams() === 0, graceMs);
       const left = service.activeStreams();
-      server.forceShutdown();
+      forceShutdown();
       return left;
     },
-    forceShutdown: () => server.forceShutdown(),
+    forceShutdown,
   };
 }
 
@@ -236,7 +270,8 @@ async function waitUntil(done: () => boolean, timeoutMs: number): Promise<void> 
   }
 }
 
-function shutdownGracefully(server: grpc.Server, graceMs: number): Promise<void> {
+/** tryShutdown closes the sessions once their streams end, the lean ones included (they share them). */
+function shutdownGracefully(server: grpc.Server, graceMs: number, forceShutdown: () => void): Promise<void> {
   return new Promise<void>((resolve) => {
     let done = false;
     const finish = (): void => {
@@ -247,7 +282,7 @@ function shutdownGracefully(server: grpc.Server, graceMs: number): Promise<void>
     };
     const timer = setTimeout(
       () => {
-        server.forceShutdown();
+        forceShutdown();
         // forceShutdown is synchronous; tryShutdown's callback may never come after it.
         setImmediate(finish);
       },

@@ -208,23 +208,26 @@ export class EnvoyStream {
 
 export class EnvoyClient {
   private readonly client: grpc.Client & {
-    Process(): grpc.ClientDuplexStream<object, ProcessingResponseMsg>;
+    Process(metadata?: grpc.Metadata, options?: grpc.CallOptions): grpc.ClientDuplexStream<object, ProcessingResponseMsg>;
   };
 
-  constructor(port: number) {
+  constructor(port: number, credentials: grpc.ChannelCredentials = grpc.credentials.createInsecure()) {
     const pkg = grpc.loadPackageDefinition(loadExtProcPackage());
     const path = EXT_PROC_SERVICE_NAME.split('.');
     let ctor: unknown = pkg;
     for (const part of path) ctor = (ctor as Record<string, unknown>)[part];
     const Client = ctor as grpc.ServiceClientConstructor;
-    this.client = new Client(`127.0.0.1:${port}`, grpc.credentials.createInsecure(), {
+    this.client = new Client(`127.0.0.1:${port}`, credentials, {
       'grpc.max_receive_message_length': -1,
       'grpc.max_send_message_length': -1,
+      // The test certificates name `localhost` (and 127.0.0.1); SNI must be a host name.
+      'grpc.ssl_target_name_override': 'localhost',
     }) as unknown as EnvoyClient['client'];
   }
 
-  open(): EnvoyStream {
-    return new EnvoyStream(this.client.Process());
+  /** `metadata`: what the filter's grpc_service.initial_metadata adds; `options`: e.g. a deadline. */
+  open(metadata?: grpc.Metadata, options?: grpc.CallOptions): EnvoyStream {
+    return new EnvoyStream(metadata || options ? this.client.Process(metadata ?? new grpc.Metadata(), options) : this.client.Process());
   }
 
   close(): void {

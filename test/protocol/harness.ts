@@ -7,7 +7,7 @@ import { parseConfig } from '../../src/config/config';
 import { silentLogger } from '../../src/observability/logger';
 import { startService, type RunningService } from '../../src/service';
 import { EnvoyClient } from './envoy-client';
-import { ScriptedHandler } from './fake-handler';
+import { respond, ScriptedHandler } from './fake-handler';
 
 export const NS = 'epd.coordinator';
 
@@ -46,6 +46,16 @@ export async function startHarness(
       await server.shutdown(1000);
     },
   };
+}
+
+/** A plain request still gets its answer, and the call ends OK: the server survived what came before. */
+export async function expectStillServing(h: { readonly handler: ScriptedHandler; readonly client: EnvoyClient }): Promise<void> {
+  h.handler.reset(() => ({ decide: () => respond(200, {}, Buffer.from('ok')) }));
+  const s = h.client.open();
+  s.sendHeaders(chatHeaders(), { endOfStream: true });
+  expect((await s.next()).immediate_response!.body.toString()).toBe('ok');
+  s.end();
+  expect((await s.status).code).toBe(0);
 }
 
 /** Headers of a typical inference request, as Envoy forwards them. */

@@ -2,7 +2,7 @@
 import { headerEntries, type EnvoyStream } from './envoy-client';
 import { deferred, eventually, forward, respond, type RecordingExchange } from './fake-handler';
 import type { Decision } from '../../src/pipeline/decision';
-import { chatHeaders, patternBytes, startHarness, type Harness } from './harness';
+import { chatHeaders, expectStillServing, patternBytes, startHarness, type Harness } from './harness';
 
 const INTERNAL_ERROR_BODY = '{"error":{"message":"internal error","type":"api_error","param":null,"code":500}}';
 
@@ -23,15 +23,6 @@ beforeEach(() => {
 
 async function streamsClosed(h: Harness): Promise<void> {
   await eventually(() => h.server.activeStreams() === 0, 'all Process streams closed');
-}
-
-async function expectStillServing(h: Harness): Promise<void> {
-  h.handler.reset(() => ({ decide: () => respond(200, {}, Buffer.from('ok')) }));
-  const s = h.client.open();
-  s.sendHeaders(chatHeaders(), { endOfStream: true });
-  expect((await s.next()).immediate_response!.body.toString()).toBe('ok');
-  s.end();
-  await s.status;
 }
 
 describe('stream ends', () => {
