@@ -1,8 +1,9 @@
 /**
  * `npm run bench -- budget`: CPU time per request of each layer of the service alone, beside the
  * floor that layer could reach in Node, in the same run and in interleaved rounds:
- * - transport: our ext_proc server (src/extproc: the lean Process call on grpc-js's listener) with a do-nothing pipeline, driven
- *   by real Envoy, against a bare node:http2 bidi server driven by the same Envoy (budget/bare-extproc.ts);
+ * - transport: our ext_proc server (src/extproc: the lean Process call on grpc-js's listener) with
+ *   a pipeline that does nothing, driven by real Envoy, against a bare node:http2 bidi server driven
+ *   by the same Envoy (budget/bare-extproc.ts);
  * - pipeline: the real steps (render -> prefill -> decode, kv-nixl, metrics on) over in-memory side
  *   calls, against one JSON.parse + JSON.stringify per leg;
  * - side call: our pooled client against a local keep-alive server, against a bare undici request;
