@@ -9,6 +9,7 @@ import * as grpc from '@grpc/grpc-js';
 import * as protoLoader from '@grpc/proto-loader';
 import type { ProcessCodec } from './lean-call';
 import { fastRequestDecoder } from './request-decoder';
+import { fastResponseEncoder } from './response-encoder';
 import type { ProcessingRequestIn, ProcessingResponseOut } from './wire';
 
 /** The entry file, relative to the proto root. */
@@ -59,10 +60,10 @@ export function extProcServiceDefinition(protoRoot?: string): grpc.ServiceDefini
 /**
  * The `Process` messages' codec for the lean transport: it hands ProcessStream exactly the objects
  * grpc-js would (wire.ts). Requests go through the fast decoder (request-decoder.ts), which defers
- * to the deserializer grpc-js is given for anything uncommon; responses through that definition's
- * serializer.
+ * to the deserializer grpc-js is given for anything uncommon; responses through the fast encoder
+ * (response-encoder.ts), which defers to that definition's serializer likewise.
  */
 export function processCodec(protoRoot?: string): ProcessCodec {
   const method = extProcServiceDefinition(protoRoot)['Process'] as grpc.MethodDefinition<ProcessingRequestIn, ProcessingResponseOut>;
-  return { decode: fastRequestDecoder(method.requestDeserialize), encode: method.responseSerialize };
+  return { decode: fastRequestDecoder(method.requestDeserialize), encode: fastResponseEncoder(method.responseSerialize) };
 }
