@@ -190,6 +190,7 @@ export async function startService(config: AppConfig, opts: ServiceOptions = {})
       address: config.server.listenAddr,
       credentials: tls.credentials,
       configure: (s) => health.addTo(s),
+      healthCheck: (name) => health.status(name),
       handler,
       maxBodyBytes: config.server.maxRequestBodyBytes,
       metadataNamespace: config.server.metadataNamespace,

@@ -1,6 +1,7 @@
 /**
  * The lean transport: Envoy's `Process` streams are served straight from node:http2 (lean-call.ts),
- * every other stream (grpc.health.v1, an unknown method, ...) goes to grpc-js as before.
+ * and so are health `Check` calls when the server is given the statuses (lean-health.ts); every
+ * other stream (health `Watch`, an unknown method, ...) goes to grpc-js as before.
  *
  * Why only one method: `Process` is the hot path, one bidi stream per HTTP request, and grpc-js
  * costs it about as much again as a bare node:http2 bidi stream does (`npm run bench -- budget`,
@@ -19,6 +20,7 @@
  */
 import type * as http2 from 'node:http2';
 import { GrpcStatus, LeanCall, type LeanCallOptions } from './lean-call';
+import { isLeanHealthCheck, serveHealthCheck, type HealthLookup } from './lean-health';
 import type { ProcessCall } from './outbound';
 import { EXT_PROC_SERVICE_NAME } from './proto';
 
@@ -36,6 +38,8 @@ export class LeanTransport {
     /** Starts a ProcessStream on the call (the same function grpc-js's `Process` handler is). */
     private readonly serve: (call: ProcessCall) => void,
     private readonly callOptions: LeanCallOptions,
+    /** Answers grpc.health.v1 `Check` here (lean-health.ts); without it grpc-js does. */
+    private readonly health?: HealthLookup,
   ) {}
 
   /** True once it serves `Process` on at least one listener. */
@@ -51,7 +55,10 @@ export class LeanTransport {
     h2.removeListener('stream', grpcJs);
     h2.on('stream', (stream: http2.ServerHttp2Stream, headers: http2.IncomingHttpHeaders, flags: number, rawHeaders: string[]) => {
       if (headers[':path'] === PROCESS_PATH) this.accept(stream, headers);
-      else grpcJs.call(h2, stream, headers, flags, rawHeaders);
+      else if (this.health && isLeanHealthCheck(headers)) {
+        stream.on('error', ignore);
+        serveHealthCheck(stream, this.health);
+      } else grpcJs.call(h2, stream, headers, flags, rawHeaders);
     });
     this.servers++;
     return true;

@@ -16,6 +16,7 @@ import type { RequestHandler } from '../pipeline/decision';
 import type { FallbackBodyMode } from './body-mode';
 import { createWideWindowServer } from './flow-control';
 import { DEFAULT_MAX_REQUEST_HEADERS } from './header-budget';
+import type { HealthLookup } from './lean-health';
 import { LeanTransport } from './lean-transport';
 import { ProcessStream, type ProcessCall } from './process-stream';
 import { extProcServiceDefinition, processCodec } from './proto';
@@ -197,6 +198,11 @@ export interface ExtProcServerOptions extends ExtProcServiceOptions {
   readonly sessionLimits?: SessionLimits;
   /** Default `lean`. */
   readonly transport?: ProcessTransport;
+  /**
+   * The health statuses the grpc-js health service registered in `configure` holds: with them
+   * the lean transport answers `grpc.health.v1.Health/Check` itself (lean-health.ts).
+   */
+  readonly healthCheck?: HealthLookup;
 }
 
 export interface ExtProcServer {
@@ -231,7 +237,11 @@ export async function startExtProcServer(opts: ExtProcServerOptions): Promise<Ex
   const service = addExtProcService(server, opts);
   if ((opts.transport ?? 'lean') === 'lean') {
     const limits = messageLimits(opts.maxBodyBytes);
-    lean = new LeanTransport(service.serve, { codec: processCodec(), receiveBytes: limits.receiveBytes, sendBytes: limits.sendBytes });
+    lean = new LeanTransport(
+      service.serve,
+      { codec: processCodec(), receiveBytes: limits.receiveBytes, sendBytes: limits.sendBytes },
+      opts.healthCheck,
+    );
   }
   opts.configure?.(server);
   const credentials = opts.credentials ?? grpc.ServerCredentials.createInsecure();
