@@ -17,6 +17,7 @@ import { startService, type RunningService, type ServiceOptions } from '../../sr
 import { TestClient, type ClientResponse } from '../../launch/client';
 import { startEnvoy, type EnvoyHandle } from '../../launch/envoy';
 import { freePort, waitUntil } from '../../launch/ports';
+import { sample, samples } from '../support/metrics-text';
 import { defaultSteps, stackConfigDoc, startStack, type Stack } from '../support/stack';
 import { makeTestPki, type TestPki } from '../unit/observability/certs';
 import { HealthProbe } from '../unit/observability/health-client';
@@ -27,18 +28,6 @@ const TRACE_ID = '5b8efff798038103d269b633813fc60c';
 const TRACEPARENT = `00-${TRACE_ID}-eee19b7ec3c1b174-01`;
 
 const chatBody = (content = 'hello operations') => ({ model: MODEL, messages: [{ role: 'user', content }], max_tokens: 20 });
-
-/** Samples of one metric family from a text exposition: labels string -> value. */
-function samples(text: string, name: string): Map<string, number> {
-  const out = new Map<string, number>();
-  for (const line of text.split('\n')) {
-    if (!line.startsWith(name)) continue;
-    const m = /^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})? (\S+)$/.exec(line);
-    if (m && m[1] === name) out.set(m[2] ?? '', Number(m[3]));
-  }
-  return out;
-}
-const sample = (text: string, name: string, labels = ''): number | undefined => samples(text, name).get(labels === '' ? '' : `{${labels}}`);
 
 async function scrape(port: number): Promise<string> {
   const res = await fetch(`http://127.0.0.1:${port}/metrics`);

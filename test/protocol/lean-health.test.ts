@@ -8,7 +8,7 @@ import * as http2 from 'node:http2';
 import * as grpc from '@grpc/grpc-js';
 import { HealthImplementation, type ServingStatusMap } from 'grpc-health-check';
 import { startExtProcServer, type ExtProcServer } from '../../src/extproc';
-import { HEALTH_CHECK_PATH } from '../../src/extproc/lean-health';
+import { HEALTH_CHECK_PATH, type HealthLookup } from '../../src/extproc/lean-health';
 import { silentLogger } from '../../src/observability/logger';
 import { ScriptedHandler } from './fake-handler';
 import { NS } from './harness';
@@ -16,9 +16,9 @@ import { NS } from './harness';
 const STATUSES: ServingStatusMap = { '': 'SERVING', 'envoy.service.ext_proc.v3.ExternalProcessor': 'NOT_SERVING', odd: 'UNKNOWN' };
 
 let asked = 0;
-async function server(lean: boolean): Promise<ExtProcServer> {
-  const impl = new HealthImplementation({ ...STATUSES });
-  const map = new Map(Object.entries(STATUSES));
+
+/** A server whose grpc-js health service holds `statuses`; with `lookup`, the lean transport answers Check. */
+function start(statuses: ServingStatusMap, lookup?: HealthLookup): Promise<ExtProcServer> {
   return startExtProcServer({
     address: '127.0.0.1:0',
     handler: new ScriptedHandler(),
@@ -26,16 +26,22 @@ async function server(lean: boolean): Promise<ExtProcServer> {
     metadataNamespace: NS,
     fallbackBodyMode: 'full_duplex',
     log: silentLogger(),
-    configure: (s) => impl.addToServer(s),
-    ...(lean
-      ? {
-          healthCheck: (name: string) => {
-            asked++;
-            return map.get(name);
-          },
-        }
-      : {}),
+    configure: (s) => new HealthImplementation({ ...statuses }).addToServer(s),
+    ...(lookup ? { healthCheck: lookup } : {}),
   });
+}
+
+function server(lean: boolean): Promise<ExtProcServer> {
+  const map = new Map(Object.entries(STATUSES));
+  return start(
+    STATUSES,
+    lean
+      ? (name) => {
+          asked++;
+          return map.get(name);
+        }
+      : undefined,
+  );
 }
 
 let lean: ExtProcServer;
@@ -98,15 +104,7 @@ it.each(CASES)('Check of %s: the answer grpc-js gives, answered by the lean tran
 
 it('the statuses are read at each Check, not copied at start', async () => {
   const map = new Map<string, 'SERVING' | 'NOT_SERVING'>([['', 'SERVING']]);
-  const s = await startExtProcServer({
-    address: '127.0.0.1:0',
-    handler: new ScriptedHandler(),
-    maxBodyBytes: 1024 * 1024,
-    metadataNamespace: NS,
-    fallbackBodyMode: 'full_duplex',
-    log: silentLogger(),
-    healthCheck: (name) => map.get(name),
-  });
+  const s = await start({}, (name) => map.get(name));
   try {
     expect((await check(s.port, checkRequest(''))).response).toBe('0801');
     map.set('', 'NOT_SERVING');
