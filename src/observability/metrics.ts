@@ -6,7 +6,8 @@
  * stream observer interfaces, so neither the pipeline nor the protocol layer imports prom-client.
  * Label children are cached per label value: the hot path is a Map lookup and a few adds.
  */
-import { Counter, Gauge, Histogram, Registry, collectDefaultMetrics } from 'prom-client';
+import { Counter, Gauge, Histogram, Registry } from 'prom-client';
+import { registerProcessMetrics } from './event-loop-metrics';
 import type { SideCallObserver, SideCallObservation } from '../gateway/client';
 import type { StreamObserver } from '../extproc/server';
 import type { ForceStreamObserver } from '../pipeline/step';
@@ -52,13 +53,7 @@ interface PhaseSeries {
 export interface MetricsOptions {
   /** Node.js process metrics (`process_*`, `nodejs_*`) in the same registry. Default true. */
   readonly processMetrics?: boolean;
-  /**
-   * Sampling interval of the event-loop-delay monitor behind `nodejs_eventloop_lag_*`, ms. prom-client's
-   * default of 10 ms wakes an idle process 100 times a second, about 5 ms of CPU per second, which at
-   * concurrency 1 with 0.9 s requests was more than half the service's CPU per request. At 100 ms
-   * the lag gauges still see any stall that matters (they sample it) for a tenth of the cost.
-   * Default {@link EVENT_LOOP_MONITORING_PRECISION_MS}.
-   */
+  /** Sampling interval of the event-loop-delay monitor behind `nodejs_eventloop_lag_*`, ms (default: once a second, see event-loop-metrics.ts). */
   readonly eventLoopMonitoringPrecisionMs?: number;
   readonly maxModelNames?: number;
   /**
@@ -67,8 +62,6 @@ export interface MetricsOptions {
    */
   readonly workerIndex?: number;
 }
-
-export const EVENT_LOOP_MONITORING_PRECISION_MS = 100;
 
 export class CoordinatorMetrics implements PipelineObserver {
   readonly registry = new Registry();
@@ -265,10 +258,7 @@ export class CoordinatorMetrics implements PipelineObserver {
           }).labels(String(opts.workerIndex));
 
     if (opts.processMetrics ?? true) {
-      collectDefaultMetrics({
-        register: this.registry,
-        eventLoopMonitoringPrecision: opts.eventLoopMonitoringPrecisionMs ?? EVENT_LOOP_MONITORING_PRECISION_MS,
-      });
+      registerProcessMetrics(this.registry, opts.eventLoopMonitoringPrecisionMs);
     }
 
     this.sideCalls = { started: (phase) => this.sideCallStarted(phase) };
