@@ -278,7 +278,8 @@ const crdTitle = 'custom resources against the CRD schemas';
     }
   });
 
-  for (const { where, obj } of customResources) {
+  // Without the catalog the block's title gives the one reason; a per-object title would suggest the wrong fix.
+  for (const { where, obj } of catalog ? customResources : []) {
     const crd = catalog?.find(obj.apiVersion, obj.kind);
     const label = `${where} ${obj.kind}/${obj.metadata?.name}`;
     if (crd) {
