@@ -12,6 +12,10 @@ if command -v go >/dev/null 2>&1; then
   bash config/k8s/verify-egctl.sh --install-only || echo "[deps] egctl/envoy-gateway unavailable; their tests will skip" >&2
   bash config/istio/install-tools.sh || echo "[deps] Istio tools incomplete; the config/istio schema/patch tests that need them will skip" >&2
 fi
+# The Gateway API, EnvoyExtensionPolicy and InferencePool CRDs, pinned by sha256, from the Go module proxy
+# (test/deploy/manifests validates config/k8s, the chart, config/istio and config/gke against them). Without
+# Go the script says so, and those tests use ../shared/crds if it is beside the clone, else skip and say why.
+bash config/k8s/install-crds.sh || echo "[deps] CRD schemas not installed; the CRD-schema tests use ../shared/crds or skip" >&2
 # Helm and Kubernetes' JSON schemas for the chart test (test/deploy/manifests/helm-chart.test.ts). The
 # script skips Helm, saying so, without Go, and the tests that need it skip with the reason.
 bash charts/install-tools.sh || echo "[deps] chart tools incomplete; the Helm chart tests that need them will skip" >&2

@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Checks config/k8s the way Envoy Gateway itself would read it, then runs the manifest tests:
-#   1. installs egctl (Envoy Gateway's CLI, same version as the CRDs in ../shared/crds) and the
+#   1. installs egctl (Envoy Gateway's CLI, same version as the Gateway API CRDs the tests use) and the
 #      envoy-gateway controller itself (same module and version; test/deploy/envoy-gateway-controller
 #      runs it standalone) into .tools/bin;
 #   2. copies Envoy Gateway's own CRDs (EnvoyProxy, ClientTrafficPolicy, ...) into .tools/crds, so the
-#      schema test also covers the kinds ../shared/crds does not hold;
+#      schema test also covers the kinds beyond the Gateway API's and EnvoyExtensionPolicy (those, and
+#      InferencePool, come from config/k8s/install-crds.sh, which the manifest run below calls first);
 #   3. runs test/deploy/manifests: schema validation, `egctl x translate` of the manifests and
 #      `envoy --mode validate` of the result (Envoy from scripts/ensure-deps.sh envoy).
 #
@@ -50,4 +51,5 @@ fi
 if [ "${1:-}" = "--install-only" ]; then
   exit 0
 fi
+bash config/k8s/install-crds.sh
 exec npx jest test/deploy/manifests "$@"

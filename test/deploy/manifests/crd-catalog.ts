@@ -9,8 +9,27 @@ import yaml from 'js-yaml';
 import Ajv, { type ErrorObject, type ValidateFunction } from 'ajv';
 import { REPO_ROOT, groupOf, versionOf } from './manifest-files';
 
-/** The project's CRD folder (Gateway API, EnvoyExtensionPolicy, InferencePool), beside the repository. */
-export const SHARED_CRDS_DIR = path.resolve(__dirname, '../../../../shared/crds');
+/**
+ * The project's CRDs (the Gateway API's as bundled by Envoy Gateway v1.9.0, EnvoyExtensionPolicy,
+ * InferencePool v1.6.0): config/k8s/install-crds.sh puts them here from the Go module proxy, checked
+ * against pinned sha256s.
+ */
+export const INSTALLED_CRDS_DIR = path.join(REPO_ROOT, '.tools/crds/project');
+/** The same files in the workplace layout, beside the repository. */
+export const SHARED_CRDS_DIR = path.resolve(REPO_ROOT, '../shared/crds');
+const PROJECT_CRD_FILES = [
+  'gatewayapi-crds.yaml',
+  'gateway.envoyproxy.io_envoyextensionpolicies.yaml',
+  'inference.networking.k8s.io_inferencepools.yaml',
+];
+
+/** The first of INSTALLED_CRDS_DIR and SHARED_CRDS_DIR that holds every project CRD file, if either does. */
+export function projectCrdsDir(): string | undefined {
+  return [INSTALLED_CRDS_DIR, SHARED_CRDS_DIR].find((dir) => PROJECT_CRD_FILES.every((f) => fs.existsSync(path.join(dir, f))));
+}
+
+/** Why the tests that need the project's CRDs skip (for their titles), and how to fix it. */
+export const PROJECT_CRDS_ABSENT = `neither ${INSTALLED_CRDS_DIR} nor ${SHARED_CRDS_DIR} holds the Gateway API, EnvoyExtensionPolicy and InferencePool CRDs; run config/k8s/install-crds.sh (needs Go)`;
 
 /** Envoy Gateway's own CRDs (EnvoyProxy, ClientTrafficPolicy, ...) as shipped in its v1.9.0 chart. */
 export const EG_VERSION = 'v1.9.0';

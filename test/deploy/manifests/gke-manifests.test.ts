@@ -5,11 +5,10 @@
  * against Envoy's filter, and the health check against launch/envoy-policy.ts. Nothing here runs
  * a GKE load balancer (docs/deploy-gke.md says what is untested).
  */
-import fs from 'node:fs';
 import path from 'node:path';
 import { allowedMatches } from '../../../launch/path-policy';
 import { SERVICE_HEALTH_CHECK } from '../../../launch/envoy-policy';
-import { CrdCatalog, SHARED_CRDS_DIR } from './crd-catalog';
+import { CrdCatalog, PROJECT_CRDS_ABSENT, projectCrdsDir } from './crd-catalog';
 import { REPO_ROOT, findObject, loadManifests, manifestFileNames, readKustomization } from './manifest-files';
 
 const GKE_DIR = path.join(REPO_ROOT, 'config/gke');
@@ -80,11 +79,11 @@ describe('config/gke', () => {
   });
 });
 
-const haveShared = fs.existsSync(SHARED_CRDS_DIR);
-(haveShared ? describe : describe.skip)(
-  `config/gke against gke-gateway-api's CRD schemas and the Gateway API's${haveShared ? '' : ` (skipped: ${SHARED_CRDS_DIR} is absent)`}`,
+const projectCrds = projectCrdsDir();
+(projectCrds ? describe : describe.skip)(
+  `config/gke against gke-gateway-api's CRD schemas and the Gateway API's${projectCrds ? '' : ` (skipped: ${PROJECT_CRDS_ABSENT})`}`,
   () => {
-    const catalog = haveShared ? CrdCatalog.load([SHARED_CRDS_DIR, GKE_CRDS]) : undefined;
+    const catalog = projectCrds ? CrdCatalog.load([projectCrds, GKE_CRDS]) : undefined;
     it.each(gke.map((m) => [`${m.where} ${m.obj.kind}/${m.obj.metadata.name}`, m.obj] as const))('%s validates', (_label, obj) => {
       expect(catalog!.find(obj.apiVersion, obj.kind)?.served).toBe(true);
       expect(catalog!.validate(obj)).toEqual([]);

@@ -1,6 +1,6 @@
 /**
- * charts/epd-coordinator rendered by Helm: every object against its schema (../shared/crds and
- * Envoy Gateway's CRDs for the custom kinds, Kubernetes' own strict JSON schemas for the built-in
+ * charts/epd-coordinator rendered by Helm: every object against its schema (the project's CRDs from
+ * config/k8s/install-crds.sh and Envoy Gateway's for the custom kinds, Kubernetes' own strict JSON schemas for the built-in
  * ones), the default render against config/k8s, the values that change what a user deploys, and the
  * default render through Envoy Gateway's translator and Envoy.
  *
@@ -26,7 +26,7 @@ import {
 } from '../../../src/pipeline/path-policy';
 import { allowedMatches } from '../../../launch/path-policy';
 import { WORKER_STREAMS_PER_CONNECTION } from '../../../launch/envoy-policy';
-import { CrdCatalog, SHARED_CRDS_DIR, envoyGatewayCrdDirs } from './crd-catalog';
+import { CrdCatalog, PROJECT_CRDS_ABSENT, envoyGatewayCrdDirs, projectCrdsDir } from './crd-catalog';
 import {
   EGCTL,
   TRANSLATE_NAMESPACE,
@@ -60,7 +60,7 @@ type Json = Record<string, unknown>;
 
 const haveHelm = fs.existsSync(HELM);
 const haveKubeSchemas = KubeSchemas.present();
-const sharedCrdsPresent = fs.existsSync(SHARED_CRDS_DIR);
+const projectCrds = projectCrdsDir();
 
 /** Kinds Kubernetes itself serves; everything else needs a CRD. */
 const BUILT_IN_GROUPS = new Set(['', 'apps', 'policy']);
@@ -248,9 +248,9 @@ const helmTitle = 'Helm chart charts/epd-coordinator';
       },
     );
 
-    const crdTitle = "custom resources validate against ../shared/crds and Envoy Gateway's CRDs";
-    (sharedCrdsPresent ? test : test.skip)(sharedCrdsPresent ? crdTitle : `${crdTitle} (skipped: ${SHARED_CRDS_DIR} is absent)`, () => {
-      const catalog = CrdCatalog.load([SHARED_CRDS_DIR, ...envoyGatewayCrdDirs()]);
+    const crdTitle = "custom resources validate against the project's CRDs (Gateway API, InferencePool) and Envoy Gateway's";
+    (projectCrds ? test : test.skip)(projectCrds ? crdTitle : `${crdTitle} (skipped: ${PROJECT_CRDS_ABSENT})`, () => {
+      const catalog = CrdCatalog.load([projectCrds!, ...envoyGatewayCrdDirs()]);
       const custom = [...defaults, ...everything].filter((o) => !BUILT_IN_GROUPS.has(groupOf(o.apiVersion)) && o.kind !== 'ServiceMonitor');
       const unchecked: string[] = [];
       for (const o of custom) {

@@ -11,7 +11,7 @@ import fs from 'node:fs';
 import os from 'node:os';
 import path from 'node:path';
 import yaml from 'js-yaml';
-import { CrdCatalog, SHARED_CRDS_DIR } from './crd-catalog';
+import { CrdCatalog, PROJECT_CRDS_ABSENT, projectCrdsDir } from './crd-catalog';
 import { envoyBinary } from './egctl-translation';
 import {
   METADATA_KEYS,
@@ -88,12 +88,17 @@ describe('config/istio', () => {
   });
 });
 
-const haveCrds = fs.existsSync(ISTIO_CRDS_DIR) && fs.existsSync(SHARED_CRDS_DIR);
+const projectCrds = projectCrdsDir();
+const haveIstioCrds = fs.existsSync(ISTIO_CRDS_DIR);
+const crdsAbsent = [
+  haveIstioCrds ? '' : `${ISTIO_CRDS_DIR} is absent; config/istio/install-tools.sh copies Istio's`,
+  projectCrds ? '' : PROJECT_CRDS_ABSENT,
+].filter(Boolean);
 const crdTitle = `config/istio against Istio's CRD schemas (istio.io/api v1.32.0) and the Gateway API's${
-  haveCrds ? '' : ` (skipped: ${ISTIO_CRDS_DIR} or ${SHARED_CRDS_DIR} is absent; config/istio/install-tools.sh copies Istio's)`
+  crdsAbsent.length ? ` (skipped: ${crdsAbsent.join('; ')})` : ''
 }`;
-(haveCrds ? describe : describe.skip)(crdTitle, () => {
-  const catalog = haveCrds ? CrdCatalog.load([SHARED_CRDS_DIR, ISTIO_CRDS_DIR]) : undefined;
+(crdsAbsent.length ? describe.skip : describe)(crdTitle, () => {
+  const catalog = projectCrds && haveIstioCrds ? CrdCatalog.load([projectCrds, ISTIO_CRDS_DIR]) : undefined;
   it.each(istio.map((m) => [`${m.where} ${m.obj.kind}/${m.obj.metadata.name}`, m.obj] as const))('%s validates', (_label, obj) => {
     const crd = catalog!.find(obj.apiVersion, obj.kind);
     expect(crd?.served).toBe(true);
