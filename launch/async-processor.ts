@@ -88,6 +88,8 @@ export class TestAsyncProcessor {
   readonly expired: string[] = [];
   /** Popped messages dropped because a failover left it unknown whether the pop was ours. */
   readonly unclaimed: string[] = [];
+  /** Messages given up after they were taken: the retry queue could not be written, even through a failover. */
+  readonly dropped: string[] = [];
   private readonly redis: RedisClient;
   private readonly ack: ReplicaAck | undefined;
   private readonly queues = new Map<string, ApQueue>();
@@ -216,10 +218,16 @@ export class TestAsyncProcessor {
       return;
     }
     this.busy++;
-    const work = this.work(m, q).finally(() => {
-      this.busy--;
-      this.inflight.delete(work);
-    });
+    // A job that cannot be handed back (Redis gone for longer than a failover) is lost, and counted
+    // as such; it must not become an unhandled rejection, which ends the process running the test.
+    const work = this.work(m, q)
+      .catch(() => {
+        this.dropped.push(m.data.id);
+      })
+      .finally(() => {
+        this.busy--;
+        this.inflight.delete(work);
+      });
     this.inflight.add(work);
   }
 
@@ -257,7 +265,8 @@ export class TestAsyncProcessor {
   private async retryLater(m: Message, backoffMs: number): Promise<void> {
     m.internal.retry_count = (m.internal.retry_count ?? 0) + 1;
     const member = JSON.stringify({ internal: m.internal, request_kind: m.kind, data: m.data });
-    await this.redis.zadd(this.retryQueue, (Date.now() + backoffMs) / 1000, member);
+    // Through a failover too: the ZADD meets MaxRetriesPerRequestError while Sentinel promotes.
+    await retrying(() => this.redis.zadd(this.retryQueue, (Date.now() + backoffMs) / 1000, member), this.ack ? 15_000 : 600);
   }
 
   private headersFor(m: Message, q: ApQueue): Record<string, string> {

@@ -32,6 +32,8 @@ export interface FailoverFigures {
   readonly runTwice: number;
   /** Pops the processor dropped because the failover left their ownership unknown. */
   readonly unclaimed: number;
+  /** Jobs the processor took and then gave up because the retry queue could not be written. */
+  readonly dropped: number;
   /** Accepted after the new master took over, and how many of those completed. */
   readonly acceptedAfterFailover: number;
   readonly completedAfterFailover: number;
@@ -174,6 +176,7 @@ export async function runFailover(run: FailoverRun): Promise<FailoverFigures> {
     lostReplicated: lost.filter((id) => accepted.get(id)!.replicated).length,
     runTwice: [...model.runs.values()].filter((n) => n > 1).length,
     unclaimed: ap.unclaimed.length,
+    dropped: ap.dropped.length,
     acceptedAfterFailover: after.length,
     completedAfterFailover: after.filter((id) => completed.has(id)).length,
     promotionMs: promotionMs ?? -1,
