@@ -33,6 +33,11 @@ interface Target {
   set(v: number): void;
   observe(v: number): void;
 }
+/** What the test calls on either implementation's family. */
+interface Family extends Target {
+  labels(...values: string[]): Target;
+  reset(): void;
+}
 interface Pair {
   readonly kind: Kind;
   readonly labelNames: readonly string[];
@@ -49,23 +54,16 @@ function pairOf(kind: Kind, labelNames: readonly string[], theirs: Registry, our
     labelNames: [...labelNames],
     ...(aggregator && { aggregator }),
   };
-  const p =
-    kind === 'counter'
-      ? new prom.Counter({ ...config, registers: [theirs] })
-      : kind === 'gauge'
-        ? new prom.Gauge({ ...config, registers: [theirs] })
-        : new prom.Histogram({ ...config, buckets: BUCKETS, registers: [theirs] });
-  const f =
-    kind === 'counter'
-      ? new fast.Counter({ ...config, registers: [ours] })
-      : kind === 'gauge'
-        ? new fast.Gauge({ ...config, registers: [ours] })
-        : new fast.Histogram({ ...config, buckets: BUCKETS, registers: [ours] });
-  const theirsOf = (values: readonly string[]) => (values.length === 0 ? p : (p.labels as (...v: string[]) => unknown)(...values));
+  const make = (implementation: typeof prom | typeof fast, registry: Registry): Family => {
+    const Class = { counter: implementation.Counter, gauge: implementation.Gauge, histogram: implementation.Histogram }[kind];
+    return new (Class as unknown as new (c: object) => Family)({ ...config, buckets: BUCKETS, registers: [registry] });
+  };
+  const [p, f] = [make(prom, theirs), make(fast, ours)];
+  const of = (family: Family, values: readonly string[]) => (values.length === 0 ? family : family.labels(...values));
   return {
     kind,
     labelNames,
-    series: (values) => [theirsOf(values) as Target, (values.length === 0 ? f : f.labels(...values)) as unknown as Target],
+    series: (values) => [of(p, values), of(f, values)],
     reset: () => {
       p.reset();
       f.reset();
