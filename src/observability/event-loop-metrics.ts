@@ -5,15 +5,18 @@
  * prom-client's event-loop-lag gauges come from `monitorEventLoopDelay`, a libuv timer that wakes the
  * loop every `precision` ms even when nothing else happens. At 100 ms that was half of an idle
  * service's CPU (about 1.2 of 2.5 ms a second), which at concurrency 1 with 0.9 s requests is a
- * millisecond of CPU per request. Sampled once a second, the lag gauges still catch any stall of a
- * second or more, and a shorter one in proportion to its length; the utilisation gauge beside them
- * is exact and costs nothing between scrapes, so saturation never depends on sampling.
+ * millisecond of CPU per request. prom-client resets the histogram at every scrape, so the interval
+ * must stay below the shortest scrape interval anyone uses (1 s, in test/e2e/prometheus.test.ts):
+ * at 1000 ms a scrape could find no sample and report a NaN mean. 500 ms keeps at least one sample
+ * per second for a fifth of the wake-ups of 100 ms. The lag gauges catch any stall of half a second
+ * or more, and a shorter one in proportion to its length; the utilisation gauge beside them is
+ * exact and costs nothing between scrapes, so saturation never depends on sampling.
  */
 import { performance, type EventLoopUtilization } from 'node:perf_hooks';
 import { Gauge, collectDefaultMetrics, type Registry } from 'prom-client';
 
 /** Sampling interval of the event-loop-delay monitor behind `nodejs_eventloop_lag_*`, ms. */
-export const EVENT_LOOP_MONITORING_PRECISION_MS = 1000;
+export const EVENT_LOOP_MONITORING_PRECISION_MS = 500;
 
 export const EVENT_LOOP_UTILIZATION = 'nodejs_eventloop_utilization_ratio';
 

@@ -56,7 +56,7 @@ interface PhaseSeries {
 export interface MetricsOptions {
   /** Node.js process metrics (`process_*`, `nodejs_*`) in the same registry. Default true. */
   readonly processMetrics?: boolean;
-  /** Sampling interval of the event-loop-delay monitor behind `nodejs_eventloop_lag_*`, ms (default: once a second, see event-loop-metrics.ts). */
+  /** Sampling interval of the event-loop-delay monitor behind `nodejs_eventloop_lag_*`, ms (default 500, see event-loop-metrics.ts). */
   readonly eventLoopMonitoringPrecisionMs?: number;
   readonly maxModelNames?: number;
   /**
