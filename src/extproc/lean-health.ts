@@ -30,6 +30,10 @@ const INTERNAL = 13;
 const RESOURCE_EXHAUSTED = 8;
 
 const RESPONSE_HEADERS = Object.freeze({ ':status': 200, 'content-type': 'application/grpc', 'grpc-accept-encoding': 'identity' });
+// No `date` header (gRPC has no use for it): Node's cached date also arms a timer each second, one
+// more wake-up of an idle service.
+const ANSWER = Object.freeze({ waitForTrailers: true, sendDate: false });
+const FAILURE = Object.freeze({ endStream: true, sendDate: false });
 const OK_TRAILERS = Object.freeze({ 'grpc-status': '0', 'grpc-message': 'OK' });
 /** Each status's HealthCheckResponse, framed: `status` (field 1, a varint) and nothing else. */
 const ANSWERS = Object.fromEntries(
@@ -49,7 +53,7 @@ export function serveHealthCheck(stream: http2.ServerHttp2Stream, lookup: Health
   const fail = (code: number, message: string): void => {
     done = true;
     try {
-      stream.respond({ ...RESPONSE_HEADERS, 'grpc-status': String(code), 'grpc-message': encodeURI(message) }, { endStream: true });
+      stream.respond({ ...RESPONSE_HEADERS, 'grpc-status': String(code), 'grpc-message': encodeURI(message) }, FAILURE);
     } catch {
       // reset meanwhile
     }
@@ -68,7 +72,7 @@ export function serveHealthCheck(stream: http2.ServerHttp2Stream, lookup: Health
     if (status === undefined) return fail(NOT_FOUND, `Health status unknown for service ${service}`);
     done = true;
     try {
-      stream.respond(RESPONSE_HEADERS, { waitForTrailers: true });
+      stream.respond(RESPONSE_HEADERS, ANSWER);
       stream.once('wantTrailers', () => {
         try {
           stream.sendTrailers(OK_TRAILERS);
