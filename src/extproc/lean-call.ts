@@ -75,6 +75,24 @@ export class LeanCall extends EventEmitter implements ProcessCall {
   private readonly encoding: string | undefined;
   private deadline: NodeJS.Timeout | null = null;
   private readonly onFrame = (frame: Frame): boolean => this.take(frame);
+  /** Writes of this turn of the event loop are held until {@link flush}, at the loop's check phase. */
+  private corked = false;
+  /** The response headers go out with the first flush, in the same write(2) as the messages. */
+  private respondPending = false;
+  private readonly flush = (): void => {
+    if (!this.corked) return;
+    this.corked = false;
+    try {
+      if (this.respondPending) {
+        this.respondPending = false;
+        this.stream.respond(RESPONSE_HEADERS, STREAMING);
+      }
+      this.stream.uncork();
+    } catch {
+      // The stream is gone (its 'close' is on the way).
+      this.over(true);
+    }
+  };
 
   constructor(
     private readonly stream: http2.ServerHttp2Stream,
@@ -119,9 +137,18 @@ export class LeanCall extends EventEmitter implements ProcessCall {
       return true;
     }
     try {
+      // Node's http2 stream sends every write at once, each its own write(2) and its own wake-up of
+      // Envoy: the headers reply and the body that follows it in the same turn (deliver.ts) took
+      // two, and the response headers a third. Held until the turn's microtasks are done, they leave
+      // as one. Nothing is written before the headers: the stream stays corked until flush responds.
       if (!this.headersSent) {
-        this.stream.respond(RESPONSE_HEADERS, STREAMING);
         this.headersSent = true;
+        this.respondPending = true;
+      }
+      if (!this.corked) {
+        this.corked = true;
+        this.stream.cork();
+        setImmediate(this.flush);
       }
       return this.stream.write(frameMessage(bytes));
     } catch {
@@ -233,6 +260,8 @@ export class LeanCall extends EventEmitter implements ProcessCall {
         this.over(false);
         return;
       }
+      // The headers and the messages first; then end() sends the trailers after them.
+      this.flush();
       stream.once('wantTrailers', () => {
         try {
           stream.sendTrailers(trailers(code, details));
