@@ -138,9 +138,9 @@ export class LeanCall extends EventEmitter implements ProcessCall {
     }
     try {
       // Node's http2 stream sends every write at once, each its own write(2) and its own wake-up of
-      // Envoy: the headers reply and the body that follows it in the same turn (deliver.ts) took
-      // two, and the response headers a third. Held until the turn's microtasks are done, they leave
-      // as one. Nothing is written before the headers: the stream stays corked until flush responds.
+      // Envoy: the headers reply and the body reply that follows it in the same turn (deliver.ts)
+      // took two. Held until the turn's microtasks are done, they leave as one, with the response
+      // headers, which wait too (nothing may be written before them: flush responds, then uncorks).
       if (!this.headersSent) {
         this.headersSent = true;
         this.respondPending = true;
