@@ -21,21 +21,26 @@ export interface Harness {
 /** Server bounds a suite may set (defaults: the server's own). */
 export type HarnessBounds = Pick<ExtProcServerOptions, 'streamIdleTimeoutMs' | 'maxRequestHeaders'>;
 
+/** Our ext_proc server on a free loopback port, answering from a {@link ScriptedHandler}; `extra` overrides. */
+export function startScriptedServer(extra: Partial<ExtProcServerOptions> = {}): Promise<ExtProcServer> {
+  return startExtProcServer({
+    address: '127.0.0.1:0',
+    handler: new ScriptedHandler(),
+    maxBodyBytes: 1024 * 1024,
+    metadataNamespace: NS,
+    fallbackBodyMode: 'full_duplex',
+    log: silentLogger(),
+    ...extra,
+  });
+}
+
 export async function startHarness(
   fallbackBodyMode: FallbackBodyMode,
   maxBodyBytes = 64 * 1024 * 1024,
   bounds: HarnessBounds = {},
 ): Promise<Harness> {
   const handler = new ScriptedHandler();
-  const server = await startExtProcServer({
-    address: '127.0.0.1:0',
-    handler,
-    maxBodyBytes,
-    metadataNamespace: NS,
-    fallbackBodyMode,
-    log: silentLogger(),
-    ...bounds,
-  });
+  const server = await startScriptedServer({ handler, maxBodyBytes, fallbackBodyMode, ...bounds });
   const client = new EnvoyClient(server.port);
   return {
     server,

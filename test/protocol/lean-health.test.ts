@@ -7,11 +7,9 @@
 import * as http2 from 'node:http2';
 import * as grpc from '@grpc/grpc-js';
 import { HealthImplementation, type ServingStatusMap } from 'grpc-health-check';
-import { startExtProcServer, type ExtProcServer } from '../../src/extproc';
+import type { ExtProcServer } from '../../src/extproc';
 import { HEALTH_CHECK_PATH, type HealthLookup } from '../../src/extproc/lean-health';
-import { silentLogger } from '../../src/observability/logger';
-import { ScriptedHandler } from './fake-handler';
-import { NS } from './harness';
+import { startScriptedServer } from './harness';
 
 const STATUSES: ServingStatusMap = { '': 'SERVING', 'envoy.service.ext_proc.v3.ExternalProcessor': 'NOT_SERVING', odd: 'UNKNOWN' };
 
@@ -19,13 +17,7 @@ let asked = 0;
 
 /** A server whose grpc-js health service holds `statuses`; with `lookup`, the lean transport answers Check. */
 function start(statuses: ServingStatusMap, lookup?: HealthLookup): Promise<ExtProcServer> {
-  return startExtProcServer({
-    address: '127.0.0.1:0',
-    handler: new ScriptedHandler(),
-    maxBodyBytes: 1024 * 1024,
-    metadataNamespace: NS,
-    fallbackBodyMode: 'full_duplex',
-    log: silentLogger(),
+  return startScriptedServer({
     configure: (s) => new HealthImplementation({ ...statuses }).addToServer(s),
     ...(lookup ? { healthCheck: lookup } : {}),
   });

@@ -11,26 +11,16 @@
  * docs/hardening.md ("Per-session limits of the ext_proc listener") lists the rest.
  */
 import * as http2 from 'node:http2';
-import { startExtProcServer, type ExtProcServer } from '../../src/extproc';
+import type { ExtProcServer } from '../../src/extproc';
 import { DEFAULT_SESSION_LIMITS, type SessionLimits } from '../../src/extproc/session-limits';
-import { silentLogger } from '../../src/observability/logger';
-import { ScriptedHandler } from './fake-handler';
-import { NS } from './harness';
+import { startScriptedServer } from './harness';
 
 const PROCESS_PATH = '/envoy.service.ext_proc.v3.ExternalProcessor/Process';
 const RESETS = 5000;
 const BATCH = 250;
 
 async function startServer(sessionLimits?: SessionLimits): Promise<ExtProcServer> {
-  return startExtProcServer({
-    address: '127.0.0.1:0',
-    handler: new ScriptedHandler(),
-    maxBodyBytes: 1024 * 1024,
-    metadataNamespace: NS,
-    fallbackBodyMode: 'full_duplex',
-    log: silentLogger(),
-    ...(sessionLimits ? { sessionLimits } : {}),
-  });
+  return startScriptedServer(sessionLimits ? { sessionLimits } : {});
 }
 
 interface Watched {
