@@ -5,7 +5,9 @@
  * - `deploy` (compare/deploy-stack.ts): as users deploy both, the llm-d EPP on the gateway
  *   listener, the Go coordinator behind an Envoy listener of its own (the same front door);
  * - `direct` (compare/direct-stack.ts): the earlier bench, a header-routed gateway without an EPP,
- *   the client straight at Go.
+ *   the client straight at Go; and a fourth setup, `node`: the bare Node coordinator
+ *   (compare/bare-coordinator.ts), the floor of any coordinator written in Node, measured beside
+ *   ours and Go's in the same rounds.
  *
  * Two phases per topology, each on a fresh stack: `fast` (zero simulator latency) and `realistic`
  * (20 ms to the first token, 5 ms per token). Every case runs in interleaved rounds
@@ -163,6 +165,7 @@ function chartInputs(doc: { topologies: Record<string, Partial<Record<Phase, Pha
 
 async function main(): Promise<void> {
   const args = parseArgs(process.argv.slice(2));
+  process.setMaxListeners(32); // every child adds an exit hook (launch/supervise.ts)
   const say = (msg: string) => process.stdout.write(`bench: ${msg}\n`);
   const svgPath = args.out.replace(/\.json$/, '') + '.svg';
   if (args.chartOnly) {
@@ -209,6 +212,7 @@ async function main(): Promise<void> {
         floor: 'client -> Envoy gateway listener (epp-profile: decode) -> decode worker (no EPP)',
         ours: 'client -> Envoy public listener -> epd-coordinator ext_proc -> decode worker',
         go: 'client -> Go coordinator -> Envoy gateway listener -> workers; no Envoy in front of it',
+        node: 'client -> a second Envoy public listener -> bare Node coordinator (bench/compare/bare-coordinator.ts: hand-framed ext_proc on node:http2, undici side calls, the same legs, nothing else) -> decode worker; chat cases only',
         pipeline: 'render, prefill, decode; kv-nixl; both at log level 2',
       },
       request: `chat: ${Buffer.byteLength(PROMPT)}-byte prompt, max_tokens ${MAX_TOKENS}, echo decode worker; generate: 20 MB token-ids body`,

@@ -4,7 +4,8 @@
  * FULL_DUPLEX_STREAMED needs: it collects the request body and answers what a forward answers (a
  * headers response with a header mutation, then the body as one streamed chunk), then ends the call
  * with grpc-status 0 once Envoy half-closes. Everything a real service does on top of this is the
- * distance the budget bench shows.
+ * distance the budget bench shows. With an `answer` function it is the floor of a whole
+ * coordinator too (compare/bare-coordinator.ts): the body it forwards is what `answer` returns.
  */
 import * as http2 from 'node:http2';
 
@@ -96,7 +97,12 @@ function frame(msg: Buffer): Buffer {
   return Buffer.concat([head, msg]);
 }
 
-function onStream(stream: http2.ServerHttp2Stream): void {
+/** What the bare server forwards for a request body: the body itself, or another one. */
+export type Answer = (body: Buffer) => Buffer | Promise<Buffer>;
+
+const sameBody: Answer = (body) => body;
+
+function onStream(stream: http2.ServerHttp2Stream, answer: Answer): void {
   stream.on('error', () => undefined);
   stream.respond({ ':status': 200, 'content-type': 'application/grpc' }, { waitForTrailers: true });
   stream.on('wantTrailers', () => stream.sendTrailers({ 'grpc-status': '0' }));
@@ -118,8 +124,13 @@ function onStream(stream: http2.ServerHttp2Stream): void {
         const data = b.bytes.get(1);
         if (data) body.push(data);
         if (b.ints.get(2) === 1) {
-          stream.write(frame(HEADERS_RESPONSE));
-          stream.write(frame(bodyResponse(Buffer.concat(body))));
+          const reply = (out: Buffer) => {
+            stream.write(frame(HEADERS_RESPONSE));
+            stream.write(frame(bodyResponse(out)));
+          };
+          const out = answer(Buffer.concat(body));
+          if (Buffer.isBuffer(out)) reply(out);
+          else out.then(reply, () => stream.close(http2.constants.NGHTTP2_INTERNAL_ERROR));
         }
       }
     }
@@ -129,7 +140,7 @@ function onStream(stream: http2.ServerHttp2Stream): void {
 }
 
 /** Listens on 127.0.0.1:`port` (0 = any); resolves with the bound port. */
-export function startBareExtProc(port: number): Promise<{ port: number; close(): void }> {
+export function startBareExtProc(port: number, answer: Answer = sameBody): Promise<{ port: number; close(): void }> {
   // The same session limits and windows as ours (session-limits.ts, flow-control.ts): Envoy resets
   // every stream it is done with, which Node's default limiter would answer by closing the session.
   const server = http2.createServer({
@@ -137,7 +148,7 @@ export function startBareExtProc(port: number): Promise<{ port: number; close():
     streamResetBurst: 100_000,
     streamResetRate: 10_000,
   } as http2.ServerOptions);
-  server.on('stream', onStream);
+  server.on('stream', (stream) => onStream(stream, answer));
   server.on('session', (s) => {
     s.on('error', () => undefined);
     s.setLocalWindowSize(16 * 1024 * 1024);

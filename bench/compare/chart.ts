@@ -41,7 +41,8 @@ const PANELS: readonly Panel[] = [
   },
 ];
 
-const COLORS = { floor: '#8c8c8c', ours: '#2f7ed8', go: '#d9822b' } as const;
+// node: the bare Node coordinator, the floor of any Node service (direct topology only).
+const COLORS = { floor: '#8c8c8c', ours: '#2f7ed8', go: '#d9822b', node: '#3a9d5d' } as const;
 
 export interface ChartInput {
   readonly topology: string;
@@ -78,7 +79,10 @@ export function renderCompareChart(inputs: readonly ChartInput[], subtitle: stri
           xAxisIndex: i,
           yAxisIndex: i,
           itemStyle: { color: '#fff', borderColor: COLORS[s], borderWidth: 1.5 },
-          data: present.map((c) => [...(panel.pick(phase!.cases[c]![s]) ?? [])]),
+          data: present.map((c) => {
+            const r = phase!.cases[c]![s];
+            return r ? [...(panel.pick(r) ?? [])] : [];
+          }),
         });
       }
     });

@@ -65,6 +65,7 @@ export async function startDeployStack(phase: Phase, args: StackArgs, say: (m: s
     return {
       topology: 'deploy',
       model: EPP_STACK_MODEL,
+      setups: ['floor', 'ours', 'go'],
       urls: { floor: stack.gatewayUrl, ours: stack.publicUrl, go: `http://127.0.0.1:${goFront}` },
       floorHeaders: { 'epp-profile': 'decode' },
       pids: { ours: pid('epd-coordinator'), go: go.pid, envoy: pid('envoy'), epp: pid('epp') },

@@ -5,6 +5,9 @@
  *          gateway listener) -> decode worker
  * - go:    client -> the Go `coordinator` (render direct, prefill and decode via the gateway
  *          listener; it proxies the decode answer itself). No Envoy in front of it.
+ * - node:  client -> a second Envoy's public listener -> the bare Node coordinator
+ *          (bare-coordinator.ts: the same legs as ours, via that Envoy's gateway listener) -> decode
+ *          worker: the floor of any coordinator written in Node.
  * Workers are one `llm-d-inference-sim` per role (or our sim/ with `ownSims`), header-routed by the
  * gateway listener of envoy/'s bootstrap: no EPP. Pipeline on both: render -> prefill -> decode, kv-nixl.
  */
@@ -31,7 +34,9 @@ export async function startDirectStack(
   mkdirSync(dir, { recursive: true });
   const procs: Proc[] = [];
   let envoy: EnvoyHandle | undefined;
+  let nodeEnvoy: EnvoyHandle | undefined;
   const stop = async () => {
+    await nodeEnvoy?.stop();
     await envoy?.stop();
     for (const p of [...procs].reverse()) await p.stop();
   };
@@ -43,6 +48,7 @@ export async function startDirectStack(
       extProc: await freePort(),
       metrics: await freePort(),
       go: await freePort(),
+      node: await freePort(),
     };
     const peers = process.env['PEERS_BIN'] ?? '';
     for (const role of ['render', 'prefill', 'decode'] as const) {
@@ -79,21 +85,27 @@ export async function startDirectStack(
     }
 
     // Envoy first (its gateway port is in both coordinators' configs); its ext_proc cluster finds our
-    // service once it listens.
-    envoy = await startEnvoy({
-      dir: join(dir, 'envoy'),
-      logLevel: 'warn',
-      detached: true,
-      flushIntervalMs: 1000,
-      bootstrap: {
-        bodyMode: args.bodyMode,
-        extProcAddress: `127.0.0.1:${port.extProc}`,
-        encodeAddress: `127.0.0.1:${port.prefill}`,
-        prefillAddress: `127.0.0.1:${port.prefill}`,
-        decodeAddress: `127.0.0.1:${port.decode}`,
-        accessLogPath: join(dir, 'envoy-access.log'),
-      },
-    });
+    // service once it listens. The node setup gets an Envoy of its own, so that each Envoy's CPU is
+    // one setup's.
+    // The bare coordinator answers no grpc.health.v1 checks (a floor has no readiness to report).
+    const startEnvoyFor = (name: string, extProcPort: number, healthCheck: boolean) =>
+      startEnvoy({
+        dir: join(dir, name),
+        logLevel: 'warn',
+        detached: true,
+        flushIntervalMs: 1000,
+        bootstrap: {
+          bodyMode: args.bodyMode,
+          extProcAddress: `127.0.0.1:${extProcPort}`,
+          encodeAddress: `127.0.0.1:${port.prefill}`,
+          prefillAddress: `127.0.0.1:${port.prefill}`,
+          decodeAddress: `127.0.0.1:${port.decode}`,
+          accessLogPath: join(dir, `${name}-access.log`),
+          extProcHealthCheck: healthCheck,
+        },
+      });
+    envoy = await startEnvoyFor('envoy', port.extProc, true);
+    nodeEnvoy = await startEnvoyFor('envoy-node', port.node, false);
     const gateway = envoy.gatewayPort;
     const oursConfig = join(dir, 'coordinator.yaml');
     const ports = { public: envoy.publicPort, gateway, admin: 0, async: 0, encode: port.prefill, ...port };
@@ -123,12 +135,31 @@ export async function startDirectStack(
     );
     procs.push(go);
     say(`direct/${phase}: Go coordinator pid ${go.pid} on 127.0.0.1:${port.go}`);
+
+    const nodeProfile = args.cpuProfileDir ? ['--cpu-prof', `--cpu-prof-dir=${join(args.cpuProfileDir, `direct-${phase}-node`)}`] : [];
+    const node = await startChild({
+      name: 'bare-coordinator',
+      command: args.serviceNode,
+      args: [
+        ...args.serviceNodeFlags,
+        ...nodeProfile,
+        join(REPO_ROOT, 'dist', 'bench', 'compare', 'bare-coordinator.js'),
+        ...['--port', String(port.node), '--render', `http://127.0.0.1:${port.render}`, '--gateway', nodeEnvoy.gatewayUrl],
+      ],
+      env: { ...process.env, ...args.serviceEnv },
+      cwd: REPO_ROOT,
+      logPath: join(dir, 'bare-coordinator.log'),
+      ready: /^listening \d+/,
+    });
+    procs.push(childProc(node));
+    say(`direct/${phase}: bare Node coordinator pid ${node.pid}, behind Envoy pid ${nodeEnvoy.pid}`);
     return {
       topology: 'direct',
       model: MODEL,
-      urls: { floor: envoy.gatewayUrl, ours: envoy.publicUrl, go: `http://127.0.0.1:${port.go}` },
+      setups: ['floor', 'ours', 'go', 'node'],
+      urls: { floor: envoy.gatewayUrl, ours: envoy.publicUrl, go: `http://127.0.0.1:${port.go}`, node: nodeEnvoy.publicUrl },
       floorHeaders: { 'epp-profile': 'decode' },
-      pids: { ours: ours.pid, go: go.pid, envoy: envoy.pid },
+      pids: { ours: ours.pid, go: go.pid, envoy: envoy.pid, node: node.pid, nodeEnvoy: nodeEnvoy.pid },
       oursMetricsUrl: `http://127.0.0.1:${port.metrics}/metrics`,
       adminUrl: envoy.adminUrl,
       stop,

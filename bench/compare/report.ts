@@ -6,14 +6,20 @@ const f = (n: number | null | undefined): string =>
   n === null || n === undefined || Number.isNaN(n) ? '-' : String(Math.round(n * 100) / 100);
 const ratio = (a: number | null | undefined, b: number | null | undefined): string => (a && b ? (a / b).toFixed(2) : '-');
 
-/** One row per case and figure, one column per setup, and ours/Go. */
+/**
+ * One row per case and figure, one column per setup, and ours/Go; with the bare Node coordinator
+ * (direct topology), its column and node/Go too: a target below node/Go is out of Node's reach.
+ */
 export function markdownTable(topology: string, phases: readonly PhaseResult[]): string {
-  const rows = [`| ${topology}: case | figure | floor | ours | Go | ours / Go |`, '|---|---|---|---|---|---|'];
+  const node = phases.some((p) => Object.values(p.cases).some((c) => c.node));
+  const head = node ? ' Node floor | ours / Go | Node floor / Go |' : ' ours / Go |';
+  const rows = [`| ${topology}: case | figure | floor | ours | Go |${head}`, `|---|---|---|---|---|---|${node ? '---|---|' : ''}`];
   for (const phase of phases) {
     for (const [name, r] of Object.entries(phase.cases)) {
       const fig = (label: string, pick: (x: SetupResult) => number | null | undefined) => {
-        const v = Object.fromEntries(SETUPS.map((s) => [s, pick(r[s])])) as Record<Setup, number | null | undefined>;
-        rows.push(`| ${name} | ${label} | ${f(v.floor)} | ${f(v.ours)} | ${f(v.go)} | ${ratio(v.ours, v.go)} |`);
+        const v = Object.fromEntries(SETUPS.map((s) => [s, r[s] && pick(r[s])])) as Record<Setup, number | null | undefined>;
+        const tail = node ? ` ${f(v.node)} | ${ratio(v.ours, v.go)} | ${ratio(v.node, v.go)} |` : ` ${ratio(v.ours, v.go)} |`;
+        rows.push(`| ${name} | ${label} | ${f(v.floor)} | ${f(v.ours)} | ${f(v.go)} |${tail}`);
       };
       if (r.floor.ttft) {
         fig('TTFT p50 ms', (x) => x.ttft?.p50);
@@ -30,7 +36,10 @@ export function markdownTable(topology: string, phases: readonly PhaseResult[]):
     const last = Object.values(phase.memory.after_case).at(-1);
     if (last)
       rows.push(
-        `| memory after the phase | RSS MB | - | ${f(last.ours_rss_mb)} | ${f(last.go_rss_mb)} | ${ratio(last.ours_rss_mb, last.go_rss_mb)} |`,
+        `| memory after the phase | RSS MB | - | ${f(last.ours_rss_mb)} | ${f(last.go_rss_mb)} |` +
+          (node
+            ? ` ${f(last.node_rss_mb)} | ${ratio(last.ours_rss_mb, last.go_rss_mb)} | ${ratio(last.node_rss_mb, last.go_rss_mb)} |`
+            : ` ${ratio(last.ours_rss_mb, last.go_rss_mb)} |`),
       );
   }
   return rows.join('\n');

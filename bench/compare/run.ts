@@ -8,7 +8,7 @@ import { Agent } from 'undici';
 import { httpGet } from '../../launch/envoy';
 import { percentile, round3, summarize, type Summary } from '../stats';
 import { cpuSeconds, rssMb } from './procs';
-import { SETUPS, type CompareStack, type Setup } from './stack';
+import type { CompareStack, Setup } from './stack';
 import { timedPost, type Case } from './workload';
 
 interface Tally {
@@ -45,14 +45,19 @@ export interface SetupResult {
 export interface MemorySample {
   readonly ours_rss_mb: number;
   readonly go_rss_mb: number;
+  /** The bare Node coordinator (direct topology). */
+  readonly node_rss_mb?: number;
   /** From our /metrics: heap used and the young generation's size (V8 `new` space). */
   readonly ours_heap_used_mb: number | null;
   readonly ours_new_space_mb: number | null;
   readonly ours_old_space_mb: number | null;
 }
 
+/** One case's result per setup: `floor`, `ours` and `go` always, `node` where the stack has it. */
+export type CaseResult = Record<'floor' | 'ours' | 'go', SetupResult> & { readonly node?: SetupResult };
+
 export interface PhaseResult {
-  readonly cases: Record<string, Record<Setup, SetupResult>>;
+  readonly cases: Record<string, CaseResult>;
   readonly idle_cpu_ms_per_s: Record<string, number> | null;
   readonly memory: { after_warmup: MemorySample | null; after_case: Record<string, MemorySample> };
 }
@@ -76,6 +81,7 @@ export async function memorySample(stack: CompareStack): Promise<MemorySample> {
   return {
     ours_rss_mb: rssMb(stack.pids.ours),
     go_rss_mb: rssMb(stack.pids.go),
+    ...(stack.pids.node ? { node_rss_mb: rssMb(stack.pids.node) } : {}),
     ours_heap_used_mb: metric(text, /^nodejs_heap_size_used_bytes(?:\{[^}]*\})? ([0-9.e+]+)/m),
     ours_new_space_mb: metric(text, /^nodejs_heap_space_size_total_bytes\{[^}]*space="new"[^}]*\} ([0-9.e+]+)/m),
     ours_old_space_mb: metric(text, /^nodejs_heap_space_size_total_bytes\{[^}]*space="old"[^}]*\} ([0-9.e+]+)/m),
@@ -84,12 +90,16 @@ export async function memorySample(stack: CompareStack): Promise<MemorySample> {
 
 async function runBlock(c: Case, setup: Setup, stack: CompareStack, agent: Agent, t: Tally, n: number): Promise<void> {
   const headers = setup === 'floor' ? stack.floorHeaders : {};
-  const url = stack.urls[setup] + c.path;
-  const servicePid = setup === 'ours' ? stack.pids.ours : setup === 'go' ? stack.pids.go : undefined;
-  const eppPid = stack.pids.epp;
+  const base = stack.urls[setup];
+  if (base === undefined) throw new Error(`${stack.topology}: no ${setup} setup`);
+  const url = base + c.path;
+  const servicePid = setup === 'floor' ? undefined : stack.pids[setup];
+  // The node setup has an Envoy of its own, and no EPP.
+  const envoyPid = setup === 'node' ? stack.pids.nodeEnvoy! : stack.pids.envoy;
+  const eppPid = setup === 'node' ? undefined : stack.pids.epp;
   const cpu0 = {
     service: servicePid ? cpuSeconds(servicePid) : 0,
-    envoy: cpuSeconds(stack.pids.envoy),
+    envoy: cpuSeconds(envoyPid),
     epp: eppPid ? cpuSeconds(eppPid) : 0,
   };
   const t0 = performance.now();
@@ -109,7 +119,7 @@ async function runBlock(c: Case, setup: Setup, stack: CompareStack, agent: Agent
   await Promise.all(Array.from({ length: Math.min(c.concurrency, n) }, worker));
   t.wallMs += performance.now() - t0;
   if (servicePid) t.cpu.service += cpuSeconds(servicePid) - cpu0.service;
-  t.cpu.envoy += cpuSeconds(stack.pids.envoy) - cpu0.envoy;
+  t.cpu.envoy += cpuSeconds(envoyPid) - cpu0.envoy;
   if (eppPid) t.cpu.epp += cpuSeconds(eppPid) - cpu0.epp;
 }
 
@@ -142,6 +152,8 @@ function result(setup: Setup, c: Case, t: Tally, floor: SetupResult | undefined,
 async function idleCpu(stack: CompareStack, seconds: number): Promise<Record<string, number>> {
   const pids: Record<string, number> = { ours: stack.pids.ours, go: stack.pids.go, envoy: stack.pids.envoy };
   if (stack.pids.epp) pids['epp'] = stack.pids.epp;
+  if (stack.pids.node) pids['node'] = stack.pids.node;
+  if (stack.pids.nodeEnvoy) pids['node_envoy'] = stack.pids.nodeEnvoy;
   // Let the warm-up's deferred work (concurrent compiles, a GC, idle sockets closing) finish first.
   await new Promise((r) => setTimeout(r, 3000));
   const before = Object.fromEntries(Object.entries(pids).map(([k, p]) => [k, cpuSeconds(p)]));
@@ -149,15 +161,19 @@ async function idleCpu(stack: CompareStack, seconds: number): Promise<Record<str
   return Object.fromEntries(Object.entries(pids).map(([k, p]) => [k, round3(((cpuSeconds(p) - before[k]!) * 1000) / seconds)]));
 }
 
-function line(name: string, r: Record<Setup, SetupResult>): string {
-  return `${name}: ${SETUPS.map((s) => {
-    const x = r[s];
+function line(name: string, setups: readonly Setup[], r: CaseResult): string {
+  return `${name}: ${setups.map((s) => {
+    const x = r[s]!;
     const ttft = x.ttft ? ` ttft p50 ${x.ttft.p50.toFixed(1)} p99 ${x.ttft.p99.toFixed(1)},` : '';
     const cpu = x.service_cpu_ms_per_request ?? '-';
     const err = x.errors ? `, ${x.errors} errors` : '';
     return `${s}:${ttft} p50 ${x.total.p50.toFixed(1)} p99 ${x.total.p99.toFixed(1)} ms, ${x.rps} req/s, cpu ${cpu} (system ${x.system_cpu_ms_per_request}) ms/req${err}`;
   }).join(' | ')}`;
 }
+
+/** The bare Node coordinator does chat only (the bench's 20 MB generate body is already ahead of Go). */
+const setupsOf = (stack: CompareStack, c: Case): readonly Setup[] =>
+  c.path.endsWith('/chat/completions') ? stack.setups : stack.setups.filter((s) => s !== 'node');
 
 export interface RunOptions {
   readonly rounds: number;
@@ -169,18 +185,20 @@ export interface RunOptions {
 
 export async function runPhase(stack: CompareStack, cases: readonly Case[], o: RunOptions): Promise<PhaseResult> {
   const agent = new Agent({ keepAliveTimeout: 10_000, connections: 64 });
-  const out: Record<string, Record<Setup, SetupResult>> = {};
+  const out: Record<string, CaseResult> = {};
+  const setups = stack.setups;
   const memory: PhaseResult['memory'] = { after_warmup: null, after_case: {} };
   let idle: Record<string, number> | null = null;
   try {
     // Warm-up until V8 has compiled the hot path (seconds of TurboFan work that would otherwise be
     // billed to the first measured requests): the first case at concurrency 64, then a few of every
     // case, for every setup.
-    for (const s of SETUPS) {
+    for (const s of setups) {
       const t = tally();
       const first = cases[0]!;
       if (o.warmup > 0) await runBlock({ ...first, stream: false, body: first.body, concurrency: 64 }, s, stack, agent, t, o.warmup);
-      for (const c of cases) await runBlock(c, s, stack, agent, t, Math.min(c.requests, Math.max(c.concurrency, 2)));
+      for (const c of cases)
+        if (setupsOf(stack, c).includes(s)) await runBlock(c, s, stack, agent, t, Math.min(c.requests, Math.max(c.concurrency, 2)));
       if (t.errors > 0) throw new Error(`warm-up failed: ${t.firstError}`);
       o.say(`${o.label}: ${s} warmed up (${t.total.length} requests)`);
     }
@@ -191,22 +209,25 @@ export async function runPhase(stack: CompareStack, cases: readonly Case[], o: R
       o.say(`${o.label}: idle CPU ms/s ${JSON.stringify(idle)}`);
     }
     for (const c of cases) {
-      const tallies = Object.fromEntries(SETUPS.map((s) => [s, tally()])) as Record<Setup, Tally>;
+      const here = setupsOf(stack, c);
+      const tallies = Object.fromEntries(here.map((s) => [s, tally()])) as Record<Setup, Tally>;
       for (let r = 0; r < o.rounds; r++) {
-        for (let i = 0; i < SETUPS.length; i++) {
-          const s = SETUPS[(i + r) % SETUPS.length]!;
+        for (let i = 0; i < here.length; i++) {
+          const s = here[(i + r) % here.length]!;
           await runBlock(c, s, stack, agent, tallies[s], c.requests);
         }
       }
-      const floor = result('floor', c, tallies.floor, undefined, stack.pids.epp !== undefined);
+      const epp = stack.pids.epp !== undefined;
+      const floor = result('floor', c, tallies.floor, undefined, epp);
       out[c.name] = {
         floor,
-        ours: result('ours', c, tallies.ours, floor, stack.pids.epp !== undefined),
-        go: result('go', c, tallies.go, floor, stack.pids.epp !== undefined),
+        ours: result('ours', c, tallies.ours, floor, epp),
+        go: result('go', c, tallies.go, floor, epp),
+        ...(here.includes('node') ? { node: result('node', c, tallies.node, floor, false) } : {}),
       };
       memory.after_case[c.name] = await memorySample(stack);
-      o.say(line(c.name, out[c.name]!));
-      const errs = SETUPS.map((s) => tallies[s].firstError).filter(Boolean);
+      o.say(line(c.name, here, out[c.name]!));
+      const errs = here.map((s) => tallies[s].firstError).filter(Boolean);
       if (errs.length > 0) o.say(`${c.name}: first errors: ${errs.join('; ')}`);
     }
   } finally {

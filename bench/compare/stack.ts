@@ -7,8 +7,14 @@
  */
 import yaml from 'js-yaml';
 
-export type Setup = 'floor' | 'ours' | 'go';
-export const SETUPS: readonly Setup[] = ['floor', 'ours', 'go'];
+/**
+ * `node` is the floor of any Node coordinator (compare/bare-coordinator.ts: the same legs, no
+ * framework), behind an Envoy of its own; only the direct topology has it.
+ */
+export type Setup = 'floor' | 'ours' | 'go' | 'node';
+export const SETUPS: readonly Setup[] = ['floor', 'ours', 'go', 'node'];
+/** The services whose CPU and memory are measured (the floor has none). */
+export type Service = Exclude<Setup, 'floor'>;
 export type Topology = 'deploy' | 'direct';
 export type Phase = 'fast' | 'realistic';
 
@@ -16,10 +22,20 @@ export interface CompareStack {
   readonly topology: Topology;
   /** The model every worker serves. */
   readonly model: string;
-  readonly urls: Readonly<Record<Setup, string>>;
+  /** The setups this stack runs, `floor`, `ours` and `go` always. */
+  readonly setups: readonly Setup[];
+  readonly urls: Readonly<Partial<Record<Setup, string>>>;
   /** Headers of the floor's request (it enters the gateway listener, which wants a profile). */
   readonly floorHeaders: Readonly<Record<string, string>>;
-  readonly pids: { readonly ours: number; readonly go: number; readonly envoy: number; readonly epp?: number };
+  readonly pids: {
+    readonly ours: number;
+    readonly go: number;
+    readonly envoy: number;
+    readonly epp?: number;
+    /** The bare Node coordinator and the Envoy in front of it (the `node` setup). */
+    readonly node?: number;
+    readonly nodeEnvoy?: number;
+  };
   /** Our service's Prometheus endpoint (heap figures). */
   readonly oursMetricsUrl: string;
   /** Envoy admin, for the service cluster's counters. */
