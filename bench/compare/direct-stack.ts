@@ -9,7 +9,7 @@
  *          (bare-coordinator.ts: the same legs as ours, via that Envoy's gateway listener) -> decode
  *          worker: the floor of any coordinator written in Node.
  * Workers are one `llm-d-inference-sim` per role (or our sim/ with `ownSims`), header-routed by the
- * gateway listener of envoy/'s bootstrap: no EPP. Pipeline on both: render -> prefill -> decode, kv-nixl.
+ * gateway listener of envoy/'s bootstrap: no EPP. Pipeline on all three: render -> prefill -> decode, kv-nixl.
  */
 import { execFileSync } from 'node:child_process';
 import { mkdirSync, rmSync, writeFileSync } from 'node:fs';
@@ -86,8 +86,7 @@ export async function startDirectStack(
 
     // Envoy first (its gateway port is in both coordinators' configs); its ext_proc cluster finds our
     // service once it listens. The node setup gets an Envoy of its own, so that each Envoy's CPU is
-    // one setup's.
-    // The bare coordinator answers no grpc.health.v1 checks (a floor has no readiness to report).
+    // one setup's, without the ext_proc health check: the bare coordinator has no health service.
     const startEnvoyFor = (name: string, extProcPort: number, healthCheck: boolean) =>
       startEnvoy({
         dir: join(dir, name),

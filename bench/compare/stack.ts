@@ -13,8 +13,6 @@ import yaml from 'js-yaml';
  */
 export type Setup = 'floor' | 'ours' | 'go' | 'node';
 export const SETUPS: readonly Setup[] = ['floor', 'ours', 'go', 'node'];
-/** The services whose CPU and memory are measured (the floor has none). */
-export type Service = Exclude<Setup, 'floor'>;
 export type Topology = 'deploy' | 'direct';
 export type Phase = 'fast' | 'realistic';
 
