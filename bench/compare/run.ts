@@ -162,13 +162,15 @@ async function idleCpu(stack: CompareStack, seconds: number): Promise<Record<str
 }
 
 function line(name: string, setups: readonly Setup[], r: CaseResult): string {
-  return `${name}: ${setups.map((s) => {
-    const x = r[s]!;
-    const ttft = x.ttft ? ` ttft p50 ${x.ttft.p50.toFixed(1)} p99 ${x.ttft.p99.toFixed(1)},` : '';
-    const cpu = x.service_cpu_ms_per_request ?? '-';
-    const err = x.errors ? `, ${x.errors} errors` : '';
-    return `${s}:${ttft} p50 ${x.total.p50.toFixed(1)} p99 ${x.total.p99.toFixed(1)} ms, ${x.rps} req/s, cpu ${cpu} (system ${x.system_cpu_ms_per_request}) ms/req${err}`;
-  }).join(' | ')}`;
+  return `${name}: ${setups
+    .map((s) => {
+      const x = r[s]!;
+      const ttft = x.ttft ? ` ttft p50 ${x.ttft.p50.toFixed(1)} p99 ${x.ttft.p99.toFixed(1)},` : '';
+      const cpu = x.service_cpu_ms_per_request ?? '-';
+      const err = x.errors ? `, ${x.errors} errors` : '';
+      return `${s}:${ttft} p50 ${x.total.p50.toFixed(1)} p99 ${x.total.p99.toFixed(1)} ms, ${x.rps} req/s, cpu ${cpu} (system ${x.system_cpu_ms_per_request}) ms/req${err}`;
+    })
+    .join(' | ')}`;
 }
 
 /** The bare Node coordinator does chat only (the bench's 20 MB generate body is already ahead of Go). */
