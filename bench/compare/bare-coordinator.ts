@@ -15,17 +15,8 @@
  * `listening <port>` once bound.
  */
 import { Pool } from 'undici';
+import { NIXL_PREFILL_PARAMS } from '../../src/connectors/kv/nixl';
 import { startBareExtProc } from '../budget/bare-extproc';
-
-/** vLLM NixlConnector's prefill request: the remote fields named, as null. */
-const PREFILL_KV = {
-  do_remote_decode: true,
-  do_remote_prefill: false,
-  remote_engine_id: null,
-  remote_block_ids: null,
-  remote_host: null,
-  remote_port: null,
-};
 
 type Json = Record<string, unknown>;
 
@@ -72,7 +63,7 @@ async function main(): Promise<void> {
     const req = JSON.parse(raw.toString('utf8')) as Json;
     const rendered = await postJson(render, '/v1/chat/completions/render', { 'content-type': 'application/json' }, JSON.stringify(req));
     const tokens = { token_ids: rendered['token_ids'] };
-    const prefill: Json = { ...req, max_tokens: 1, stream: false, tokens, kv_transfer_params: PREFILL_KV };
+    const prefill: Json = { ...req, max_tokens: 1, stream: false, tokens, kv_transfer_params: NIXL_PREFILL_PARAMS };
     delete prefill['stream_options'];
     const prefilled = await postJson(
       gateway,

@@ -2,20 +2,21 @@ import type { KvConnector } from './connector';
 import { decodeFromPrefillResponse, KV_NIXL } from './connector';
 import { decodeDataParallelRank, hashDataParallelRank, HEADER_DATA_PARALLEL_RANK } from './dp-rank';
 
-/**
- * NIXL: the prefill worker reports where its blocks are; decode receives that verbatim. The prefill
- * leg names the remote fields explicitly as null, as vLLM's NixlConnector expects.
- */
+/** The prefill leg's transfer params: the remote fields named explicitly as null, as vLLM's NixlConnector expects. */
+export const NIXL_PREFILL_PARAMS: Readonly<Record<string, unknown>> = Object.freeze({
+  do_remote_decode: true,
+  do_remote_prefill: false,
+  remote_engine_id: null,
+  remote_block_ids: null,
+  remote_host: null,
+  remote_port: null,
+});
+
+/** NIXL: the prefill worker reports where its blocks are; decode receives that verbatim. */
 export const nixlKv: KvConnector = {
   name: KV_NIXL,
-  preparePrefill: () => ({
-    do_remote_decode: true,
-    do_remote_prefill: false,
-    remote_engine_id: null,
-    remote_block_ids: null,
-    remote_host: null,
-    remote_port: null,
-  }),
+  // A copy: a leg's body is its own.
+  preparePrefill: () => ({ ...NIXL_PREFILL_PARAMS }),
   prepareDecode: decodeFromPrefillResponse,
 };
 
