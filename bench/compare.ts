@@ -5,9 +5,10 @@
  * - `deploy` (compare/deploy-stack.ts): as users deploy both, the llm-d EPP on the gateway
  *   listener, the Go coordinator behind an Envoy listener of its own (the same front door);
  * - `direct` (compare/direct-stack.ts): the earlier bench, a header-routed gateway without an EPP,
- *   the client straight at Go; and a fourth setup, `node`: the bare Node coordinator
- *   (compare/bare-coordinator.ts), the floor of any coordinator written in Node, measured beside
- *   ours and Go's in the same rounds.
+ *   the client straight at Go.
+ * Both have a fourth setup, `node`: the bare Node coordinator (compare/bare-coordinator.ts) behind
+ * an Envoy of its own (compare/node-floor.ts), the floor of any coordinator written in Node,
+ * measured beside ours and Go's in the same rounds (chat cases).
  *
  * Two phases per topology, each on a fresh stack: `fast` (zero simulator latency) and `realistic`
  * (20 ms to the first token, 5 ms per token). Every case runs in interleaved rounds
@@ -206,6 +207,7 @@ async function main(): Promise<void> {
         floor: 'client -> Envoy gateway listener (epp-profile: decode) -> EPP -> decode worker',
         ours: 'client -> Envoy public listener -> epd-coordinator ext_proc -> EPP -> decode worker; side calls via the gateway listener (EPP)',
         go: 'client -> Envoy go listener -> Go coordinator -> Envoy gateway listener (EPP) -> workers; it copies the answer',
+        node: 'client -> a second Envoy (the same production config) public listener -> bare Node coordinator ext_proc -> the same EPP -> decode worker; prefill via that Envoy gateway listener (EPP); chat cases only',
         pipeline: 'replace-media-urls, render, encode, prefill, decode; kv-nixl, ec-nixl; both at log level 2',
       },
       direct: {

@@ -50,6 +50,11 @@ export interface EnvoyConfigOptions {
    */
   readonly proxyListeners?: readonly ProxyListener[];
   /**
+   * Envoy's gRPC health check of the coordinator cluster. Default true; false only for a
+   * coordinator with no health service (the compare bench's bare Node coordinator).
+   */
+  readonly coordinatorHealthCheck?: boolean;
+  /**
    * epd-coordinator's `server.workers`: above 1 its cluster caps the streams per connection, so that
    * Envoy opens connections for every worker process (launch/envoy-policy.ts). Default 1.
    */
@@ -324,7 +329,7 @@ export function renderEnvoyConfig(o: EnvoyConfigOptions): string {
             workerStreamCap(o.coordinatorWorkers),
           ),
           // A draining replica turns NOT_SERVING; Envoy stops opening streams to it (launch/envoy-policy.ts).
-          health_checks: serviceHealthChecks(),
+          ...(o.coordinatorHealthCheck === false ? {} : { health_checks: serviceHealthChecks() }),
           outlier_detection: serviceOutlierDetection(),
         }),
         staticCluster('epp', epp, {

@@ -1,5 +1,5 @@
 /**
- * The floor of a whole coordinator in Node, for the compare bench's `node` setup (direct topology):
+ * The floor of a whole coordinator in Node, for the compare bench's `node` setup (both topologies):
  * the least a Node ext_proc service must do for one chat request of the bench's pipeline, with no
  * framework, no validation, no metrics, no logs and no error handling beyond failing the call.
  * - the ext_proc side is the budget's bare `node:http2` server (budget/bare-extproc.ts);

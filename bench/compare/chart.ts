@@ -41,7 +41,7 @@ const PANELS: readonly Panel[] = [
   },
 ];
 
-// node: the bare Node coordinator, the floor of any Node service (direct topology only).
+// node: the bare Node coordinator, the floor of any Node service (chat cases).
 const COLORS = { floor: '#8c8c8c', ours: '#2f7ed8', go: '#d9822b', node: '#3a9d5d' } as const;
 
 export interface ChartInput {

@@ -6,6 +6,9 @@
  *          side calls re-enter the gateway listener, EPP and all)
  * - go:    client -> Envoy `go` listener (a plain route: the same front door) -> the Go `coordinator`
  *          -> the gateway listener (EPP) for prefill and decode; it proxies the decode answer.
+ * - node:  client -> a second Envoy, the same production config, with the bare Node coordinator as
+ *          its ext_proc (node-floor.ts) -> the same EPP -> decode worker; its prefill re-enters that
+ *          Envoy's gateway listener: the floor of any coordinator written in Node, where users deploy.
  * Same pipeline on both: replace-media-urls, render, encode, prefill, decode; kv-nixl, ec-nixl.
  */
 import { execFileSync } from 'node:child_process';
@@ -14,6 +17,7 @@ import { join } from 'node:path';
 import { REPO_ROOT } from '../../launch/envoy-bootstrap';
 import { EPP_STACK_MODEL, freeEppStackPorts, startEppStack } from '../../launch/epp-stack';
 import { freePort } from '../../launch/ports';
+import { startDeployNodeFloor, type DeployNodeFloor } from './node-floor';
 import { startPolled, type Proc } from './procs';
 import { goCoordinatorConfig, simLatencyArgs, type CompareStack, type Phase, type StackArgs } from './stack';
 
@@ -42,6 +46,7 @@ export async function startDeployStack(phase: Phase, args: StackArgs, say: (m: s
     say: (m) => say(`deploy/${phase}: ${m}`),
   });
   let go: Proc | undefined;
+  let node: DeployNodeFloor | undefined;
   try {
     const goConfig = join(dir, 'go-coordinator.yaml');
     writeFileSync(goConfig, goCoordinatorConfig({ port: goPort, gatewayPort: ports.gateway, renderPort: ports.render, multimodal: true }));
@@ -52,6 +57,14 @@ export async function startDeployStack(phase: Phase, args: StackArgs, say: (m: s
       join(dir, 'go-coordinator.log'),
       `http://127.0.0.1:${goPort}/healthz`,
     );
+    node = await startDeployNodeFloor({
+      dir,
+      renderPort: ports.render,
+      eppGrpcPort: ports.eppGrpc,
+      args,
+      ...(args.cpuProfileDir ? { profileDir: join(args.cpuProfileDir, `deploy-${phase}-node`) } : {}),
+    });
+    say(`deploy/${phase}: bare Node coordinator pid ${node.coordinator.pid}, behind Envoy pid ${node.envoy.pid}`);
     const version = execFileSync(args.serviceNode, ['--version'], { encoding: 'utf8' }).trim();
     say(
       `deploy/${phase}: our service on node ${version} ${args.serviceNodeFlags.join(' ')}; Go coordinator pid ${go.pid} behind Envoy :${goFront}`,
@@ -62,21 +75,31 @@ export async function startDeployStack(phase: Phase, args: StackArgs, say: (m: s
       return p;
     };
     const goProc = go;
+    const nodeFloor = node;
     return {
       topology: 'deploy',
       model: EPP_STACK_MODEL,
-      setups: ['floor', 'ours', 'go'],
-      urls: { floor: stack.gatewayUrl, ours: stack.publicUrl, go: `http://127.0.0.1:${goFront}` },
+      setups: ['floor', 'ours', 'go', 'node'],
+      urls: { floor: stack.gatewayUrl, ours: stack.publicUrl, go: `http://127.0.0.1:${goFront}`, node: nodeFloor.publicUrl },
       floorHeaders: { 'epp-profile': 'decode' },
-      pids: { ours: pid('epd-coordinator'), go: go.pid, envoy: pid('envoy'), epp: pid('epp') },
+      pids: {
+        ours: pid('epd-coordinator'),
+        go: go.pid,
+        envoy: pid('envoy'),
+        epp: pid('epp'),
+        node: nodeFloor.coordinator.pid,
+        nodeEnvoy: nodeFloor.envoy.pid,
+      },
       oursMetricsUrl: `http://127.0.0.1:${ports.metrics}/metrics`,
       adminUrl: stack.adminUrl,
       stop: async () => {
+        await nodeFloor.stop();
         await stack.stop();
         await goProc.stop();
       },
     };
   } catch (err) {
+    await node?.stop();
     await go?.stop();
     await stack.stop();
     throw err;

@@ -19,6 +19,7 @@ import { coordinatorConfig } from '../../launch/local-stack';
 import { startChild } from '../../launch/supervise';
 import { startEnvoy, type EnvoyHandle } from '../../launch/envoy';
 import { freePort } from '../../launch/ports';
+import { startBareCoordinator } from './node-floor';
 import { childProc, startPolled, type Proc } from './procs';
 import { goCoordinatorConfig, simLatencyArgs, type CompareStack, type Phase, type StackArgs } from './stack';
 
@@ -135,22 +136,15 @@ export async function startDirectStack(
     procs.push(go);
     say(`direct/${phase}: Go coordinator pid ${go.pid} on 127.0.0.1:${port.go}`);
 
-    const nodeProfile = args.cpuProfileDir ? ['--cpu-prof', `--cpu-prof-dir=${join(args.cpuProfileDir, `direct-${phase}-node`)}`] : [];
-    const node = await startChild({
-      name: 'bare-coordinator',
-      command: args.serviceNode,
-      args: [
-        ...args.serviceNodeFlags,
-        ...nodeProfile,
-        join(REPO_ROOT, 'dist', 'bench', 'compare', 'bare-coordinator.js'),
-        ...['--port', String(port.node), '--render', `http://127.0.0.1:${port.render}`, '--gateway', nodeEnvoy.gatewayUrl],
-      ],
-      env: { ...process.env, ...args.serviceEnv },
-      cwd: REPO_ROOT,
-      logPath: join(dir, 'bare-coordinator.log'),
-      ready: /^listening \d+/,
+    const node = await startBareCoordinator({
+      dir,
+      port: port.node,
+      renderUrl: `http://127.0.0.1:${port.render}`,
+      gatewayUrl: nodeEnvoy.gatewayUrl,
+      args,
+      ...(args.cpuProfileDir ? { profileDir: join(args.cpuProfileDir, `direct-${phase}-node`) } : {}),
     });
-    procs.push(childProc(node));
+    procs.push(node);
     say(`direct/${phase}: bare Node coordinator pid ${node.pid}, behind Envoy pid ${nodeEnvoy.pid}`);
     return {
       topology: 'direct',

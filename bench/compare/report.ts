@@ -8,7 +8,7 @@ const ratio = (a: number | null | undefined, b: number | null | undefined): stri
 
 /**
  * One row per case and figure, one column per setup, and ours/Go; with the bare Node coordinator
- * (direct topology), its column and node/Go too: a target below node/Go is out of Node's reach.
+ * (chat cases), its column and node/Go too: a target below node/Go is out of Node's reach.
  */
 export function markdownTable(topology: string, phases: readonly PhaseResult[]): string {
   const node = phases.some((p) => Object.values(p.cases).some((c) => c.node));

@@ -45,7 +45,7 @@ export interface SetupResult {
 export interface MemorySample {
   readonly ours_rss_mb: number;
   readonly go_rss_mb: number;
-  /** The bare Node coordinator (direct topology). */
+  /** The bare Node coordinator. */
   readonly node_rss_mb?: number;
   /** From our /metrics: heap used and the young generation's size (V8 `new` space). */
   readonly ours_heap_used_mb: number | null;
@@ -94,9 +94,10 @@ async function runBlock(c: Case, setup: Setup, stack: CompareStack, agent: Agent
   if (base === undefined) throw new Error(`${stack.topology}: no ${setup} setup`);
   const url = base + c.path;
   const servicePid = setup === 'floor' ? undefined : stack.pids[setup];
-  // The node setup has an Envoy of its own, and no EPP.
+  // The node setup has an Envoy of its own; in the deploy topology it shares the EPP, which works
+  // for one setup at a time (the rounds are sequential).
   const envoyPid = setup === 'node' ? stack.pids.nodeEnvoy! : stack.pids.envoy;
-  const eppPid = setup === 'node' ? undefined : stack.pids.epp;
+  const eppPid = stack.pids.epp;
   const cpu0 = {
     service: servicePid ? cpuSeconds(servicePid) : 0,
     envoy: cpuSeconds(envoyPid),

@@ -9,7 +9,7 @@ import yaml from 'js-yaml';
 
 /**
  * `node` is the floor of any Node coordinator (compare/bare-coordinator.ts: the same legs, no
- * framework), behind an Envoy of its own; only the direct topology has it.
+ * framework), behind an Envoy of its own (compare/node-floor.ts); chat cases only.
  */
 export type Setup = 'floor' | 'ours' | 'go' | 'node';
 export const SETUPS: readonly Setup[] = ['floor', 'ours', 'go', 'node'];
@@ -58,7 +58,11 @@ export function simLatencyArgs(phase: Phase): string[] {
   return phase === 'realistic' ? ['--time-to-first-token=20ms', '--inter-token-latency=5ms'] : [];
 }
 
-/** The upstream e2e `coordinatorConfigNIXL`, local addresses, log level 2 (nothing per request). */
+/**
+ * The upstream e2e `coordinatorConfigNIXL`, local addresses, log level 2: about seven info lines a
+ * request (`received request`, `sending request`, `complete`, `pipeline step timings`), where ours
+ * writes one or two, batched.
+ */
 export function goCoordinatorConfig(o: { port: number; gatewayPort: number; renderPort: number; multimodal: boolean }): string {
   const steps = [
     ...(o.multimodal ? [{ type: 'replace-media-urls', params: { download_timeout: '30s', max_concurrent_downloads: 10 } }] : []),

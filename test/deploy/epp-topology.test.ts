@@ -227,6 +227,18 @@ describe('no-Kubernetes topology files (launch/epp-topology.ts)', () => {
     });
   });
 
+  test("coordinatorHealthCheck false (a coordinator with no health service: the compare bench's Node floor) drops only the health check", () => {
+    const coordinatorOf = (doc: Json) => (doc['static_resources']['clusters'] as Json[]).find((x) => x['name'] === 'epd_coordinator')!;
+    const bare = coordinatorOf(
+      yaml.load(renderEnvoyConfig({ ...OPTS.envoy, accessLogPath: '/dev/stdout', coordinatorHealthCheck: false })) as Json,
+    );
+    const shipped = coordinatorOf(envoy);
+    expect(bare['health_checks']).toBeUndefined();
+    expect(shipped['health_checks']).toHaveLength(1);
+    const { health_checks: _dropped, ...rest } = shipped;
+    expect(bare).toEqual(rest);
+  });
+
   test('coordinatorWorkers > 1 caps the streams per connection to the coordinator (Envoy then opens one per few streams); 1 or unset leaves no cap', () => {
     const h2Of = (doc: Json) => {
       const c = (doc['static_resources']['clusters'] as Json[]).find((x) => x['name'] === 'epd_coordinator')!;
