@@ -50,8 +50,8 @@ function utf8Length(s: string): number {
 
 // ---- pass 1: sizes. Every length-delimited part pushes its length into `z` in writing order. ----
 // A part reserves its slot with `open` and fills it with `close` once its content is sized. No
-// closure per part: the size pass runs for every answer, and a closure per nested message was a
-// third of the encoder's allocation.
+// closure per part: the size pass runs for every answer, and a closure per nested message was about
+// half of the encoder's allocation (valueSize alone, 3.4 of 7.3 KB a request).
 
 type Sizes = number[];
 
