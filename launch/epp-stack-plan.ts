@@ -125,6 +125,25 @@ export function simArgv(role: WorkerRole | 'render', port: number, extra: readon
   return logged;
 }
 
+/** Envoy on the stack's config: one worker, no hot restart, a quick drain; `logLevel` for its own log. */
+export function eppStackEnvoyArgv(envoyConfigPath: string, logLevel = 'info'): string[] {
+  return [
+    '-c',
+    envoyConfigPath,
+    '--concurrency',
+    '1',
+    '--disable-hot-restart',
+    '--log-level',
+    logLevel,
+    '--file-flush-interval-msec',
+    '200',
+    '--drain-time-s',
+    '1',
+    '--drain-strategy',
+    'immediate',
+  ];
+}
+
 /** The EPP: file discovery, plaintext h2c, no tracing; its ext_proc port opens once the file loaded. */
 export function eppArgv(ports: EppStackPorts, eppConfigPath: string): string[] {
   return [

@@ -22,7 +22,15 @@ import {
 } from './epp-topology';
 import { startChild, stopAll, type Child } from './supervise';
 import type { ProxyListener } from './topology-envoy';
-import { eppArgv, eppStackCoordinatorConfig, llmdAsyncArgv, simArgv, writeKubeconfig, type EppStackPorts } from './epp-stack-plan';
+import {
+  eppArgv,
+  eppStackCoordinatorConfig,
+  eppStackEnvoyArgv,
+  llmdAsyncArgv,
+  simArgv,
+  writeKubeconfig,
+  type EppStackPorts,
+} from './epp-stack-plan';
 
 export { EPP_STACK_MODEL, EPP_STACK_PORTS, eppStackCoordinatorConfig, freeEppStackPorts, type EppStackPorts } from './epp-stack-plan';
 
@@ -231,21 +239,7 @@ export async function startEppStack(opts: EppStackOptions): Promise<EppStack> {
 
     envoy = await start('envoy', {
       command: ensureEnvoy(),
-      args: [
-        '-c',
-        files.envoyConfigPath,
-        '--concurrency',
-        '1',
-        '--disable-hot-restart',
-        '--log-level',
-        'info',
-        '--file-flush-interval-msec',
-        '200',
-        '--drain-time-s',
-        '1',
-        '--drain-strategy',
-        'immediate',
-      ],
+      args: eppStackEnvoyArgv(files.envoyConfigPath),
       ready: /starting main dispatch loop/,
     });
     say(`envoy on 127.0.0.1:${ports.public} (gateway ${ports.gateway}, admin ${ports.admin})`);

@@ -13,6 +13,7 @@ import { writeFileSync } from 'node:fs';
 import { join } from 'node:path';
 import { REPO_ROOT } from '../../launch/envoy-bootstrap';
 import { ensureEnvoy } from '../../launch/envoy';
+import { eppStackEnvoyArgv } from '../../launch/epp-stack-plan';
 import { freePort } from '../../launch/ports';
 import { startChild } from '../../launch/supervise';
 import { renderEnvoyConfig } from '../../launch/topology-envoy';
@@ -87,12 +88,11 @@ export async function startDeployNodeFloor(o: {
   );
   let envoy: Proc;
   try {
-    // The same flags as the EPP stack's Envoy (launch/epp-stack.ts).
-    const flags = ['--concurrency', '1', '--disable-hot-restart', '--log-level', 'warn', '--file-flush-interval-msec', '200'];
     envoy = await startPolled(
       'envoy-node',
       ensureEnvoy(),
-      ['-c', config, ...flags, '--drain-time-s', '1', '--drain-strategy', 'immediate'],
+      // The EPP stack's Envoy flags (launch/epp-stack-plan.ts), its log at warn.
+      eppStackEnvoyArgv(config, 'warn'),
       join(o.dir, 'envoy-node.log'),
       `http://127.0.0.1:${port.admin}/ready`,
     );
