@@ -64,6 +64,12 @@ export interface EnvoyBootstrapOptions {
   readonly extProcHealthCheck?: boolean;
   /** Idle timeout below the workers' keep-alive and the retry of never-sent requests on the worker legs. Default true. */
   readonly workerConnectionPolicy?: boolean;
+  /**
+   * `enable_reuse_port` on every listener. Default true (Envoy's own: a socket per worker thread).
+   * With it, a second Envoy on the same port binds without an error and silently takes a share of
+   * the connections; the harnesses, which pick ports that may race, set false so a clash fails.
+   */
+  readonly reusePort?: boolean;
 }
 
 export interface ExtProcTlsOptions {
@@ -91,6 +97,7 @@ export const DEFAULT_ENVOY_BOOTSTRAP: EnvoyBootstrapOptions = {
   extProcGracefulClose: true,
   extProcHealthCheck: true,
   workerConnectionPolicy: true,
+  reusePort: true,
 };
 
 export const REPO_ROOT = resolve(__dirname, '..');
@@ -260,6 +267,7 @@ function placeholders(o: EnvoyBootstrapOptions): Record<string, string> {
     GATEWAY_PORT: checkPort('gatewayPort', o.gatewayPort),
     ADMIN_PORT: checkPort('adminPort', o.adminPort),
     ASYNC_PORT: checkPort('asyncPort', o.asyncPort),
+    REUSE_PORT: String(o.reusePort ?? true),
     EXTPROC_HOST: ext.host,
     EXTPROC_PORT: String(ext.port),
     ENCODE_HOST: enc.host,

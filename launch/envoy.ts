@@ -161,7 +161,17 @@ export async function startEnvoy(opts: StartEnvoyOptions): Promise<EnvoyHandle> 
   const stderrPath = join(opts.dir, 'envoy.stderr');
   const adminAddressPath = join(opts.dir, 'admin-address');
   const accessLogPath = opts.bootstrap.accessLogPath ?? join(opts.dir, 'access.log');
-  const rendered = renderEnvoyBootstrap({ publicPort: 0, gatewayPort: 0, adminPort: 0, asyncPort: 0, ...opts.bootstrap, accessLogPath });
+  const rendered = renderEnvoyBootstrap({
+    publicPort: 0,
+    gatewayPort: 0,
+    adminPort: 0,
+    asyncPort: 0,
+    // The ports here are picked free and may race with another harness; without SO_REUSEPORT a
+    // clash is a bind error (EnvoyStartError.addressInUse, retried) instead of a shared port.
+    reusePort: false,
+    ...opts.bootstrap,
+    accessLogPath,
+  });
   writeFileSync(configPath, opts.editConfig ? opts.editConfig(rendered) : rendered);
   writeFileSync(adminAddressPath, '');
 

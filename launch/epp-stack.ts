@@ -188,6 +188,8 @@ export async function startEppStack(opts: EppStackOptions): Promise<EppStack> {
         coordinatorAddress: `127.0.0.1:${ports.extProc}`,
         eppAddress: `127.0.0.1:${ports.eppGrpc}`,
         accessLogPath: join(dir, 'access.log'),
+        // Free ports picked up front may race with another stack: a clash must fail, not share.
+        reusePort: false,
         ...(ports.asyncEntry ? { asyncPort: ports.asyncEntry } : {}),
         ...(opts.proxyListeners ? { proxyListeners: opts.proxyListeners } : {}),
       },

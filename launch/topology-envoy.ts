@@ -59,6 +59,11 @@ export interface EnvoyConfigOptions {
    * Envoy opens connections for every worker process (launch/envoy-policy.ts). Default 1.
    */
   readonly coordinatorWorkers?: number;
+  /**
+   * `enable_reuse_port` on every listener (envoy/envoy.template.yaml says why). Default true, Envoy's
+   * own; false for a launcher whose ports may race, so that a clash fails to bind.
+   */
+  readonly reusePort?: boolean;
 }
 
 export interface ProxyListener {
@@ -158,6 +163,7 @@ export function renderEnvoyConfig(o: EnvoyConfigOptions): string {
   const epp = hostPort('eppAddress', o.eppAddress);
   const logPath = checkFilePath('accessLogPath', o.accessLogPath);
   const flush = { access_log_flush_interval: '1s' };
+  const reusePort = o.reusePort ?? true;
   /**
    * A client-facing entry: `public`, or the async processor's `async` (only the pipeline's paths, and
    * our ext_proc streams carry the processor's origin as gRPC metadata, which no request can set).
@@ -165,6 +171,7 @@ export function renderEnvoyConfig(o: EnvoyConfigOptions): string {
   const entryListener = (name: 'public' | 'async', address: string, port: number) => ({
     name,
     address: { socket_address: { address, port_value: port } },
+    enable_reuse_port: reusePort,
     per_connection_buffer_limit_bytes: 1048576,
     filter_chains: [
       {
@@ -246,6 +253,7 @@ export function renderEnvoyConfig(o: EnvoyConfigOptions): string {
   const gatewayListener = {
     name: 'gateway',
     address: { socket_address: { address: '127.0.0.1', port_value: checkPort('gatewayPort', o.gatewayPort) } },
+    enable_reuse_port: reusePort,
     filter_chains: [
       {
         filters: [
@@ -287,6 +295,7 @@ export function renderEnvoyConfig(o: EnvoyConfigOptions): string {
     listener: {
       name: p.name,
       address: { socket_address: { address: '127.0.0.1', port_value: checkPort(`proxy ${p.name} port`, p.port) } },
+      enable_reuse_port: reusePort,
       filter_chains: [
         {
           filters: [

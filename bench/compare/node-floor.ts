@@ -84,6 +84,7 @@ export async function startDeployNodeFloor(o: {
       eppAddress: `127.0.0.1:${o.eppGrpcPort}`,
       accessLogPath: join(o.dir, 'envoy-node-access.log'),
       coordinatorHealthCheck: false,
+      reusePort: false,
     }),
   );
   let envoy: Proc;

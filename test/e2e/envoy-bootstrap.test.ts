@@ -10,7 +10,7 @@ import { join } from 'node:path';
 import { COMMITTED_BOOTSTRAPS, EnvoyBootstrapError, renderEnvoyBootstrap, type EnvoyBodyMode } from '../../launch/envoy-bootstrap';
 import { AccessLog } from '../support/access-log';
 import { WORKER_STREAMS_PER_CONNECTION } from '../../launch/envoy-policy';
-import { ensureEnvoy, startEnvoy, type EnvoyHandle } from '../../launch/envoy';
+import { EnvoyStartError, ensureEnvoy, startEnvoy, type EnvoyHandle } from '../../launch/envoy';
 
 describe('committed Envoy bootstraps', () => {
   it.each(Object.entries(COMMITTED_BOOTSTRAPS))('%s equals the template rendered with defaults', (mode, file) => {
@@ -58,6 +58,12 @@ describe('committed Envoy bootstraps', () => {
     expect(cap(renderEnvoyBootstrap({ extProcWorkers: 1 }))).toBeUndefined();
     expect(cap(renderEnvoyBootstrap({ extProcWorkers: 4 }))).toBe(String(WORKER_STREAMS_PER_CONNECTION));
     expect(() => renderEnvoyBootstrap({ extProcWorkers: 65 })).toThrow('extProcWorkers: expected an integer 1-64, got 65');
+  });
+
+  it("keeps Envoy's SO_REUSEPORT default on every listener; reusePort false turns it off on each", () => {
+    const flags = (yaml: string) => [...yaml.matchAll(/enable_reuse_port: (\w+)/g)].map((m) => m[1]);
+    for (const file of Object.values(COMMITTED_BOOTSTRAPS)) expect(flags(readFileSync(file, 'utf8'))).toEqual(['true', 'true', 'true']);
+    expect(flags(renderEnvoyBootstrap({ reusePort: false }))).toEqual(['false', 'false', 'false']);
   });
 
   it('rejects addresses Envoy cannot use and unquotable log paths', () => {
@@ -136,6 +142,28 @@ describe('gateway listener (real Envoy)', () => {
     const line = await new AccessLog(envoy.accessLogPath).waitFor((e) => e.x_request_id === `req-${role}`);
     expect(line).toMatchObject({ listener: 'gateway', epp_profile: role, response_code: 200, upstream_cluster: `${role}_workers` });
     expect(line.upstream_host).toMatch(/^127\.0\.0\.1:\d+$/);
+  });
+
+  it("a second harness Envoy on a port this one holds fails to start (it does not take a share of this one's connections)", async () => {
+    // With SO_REUSEPORT both would bind, and the kernel would hand the second some of the clients
+    // that dialled the first: a CI flake where a test's requests reached another stack's gateway.
+    const second = join(dir, 'second');
+    const start = startEnvoy({ dir: second, bootstrap: { publicPort: envoy.gatewayPort, extProcAddress: '127.0.0.1:9' } });
+    const err: unknown = await start.then(
+      async (e) => {
+        await e.stop();
+        return undefined;
+      },
+      (e: unknown) => e,
+    );
+    expect(err).toBeInstanceOf(EnvoyStartError);
+    expect((err as EnvoyStartError).addressInUse).toBe(true);
+    // The first still answers every request on its own.
+    for (let i = 0; i < 20; i++) {
+      const res = await fetch(`${envoy.gatewayUrl}/v1/completions`, { method: 'POST', headers: { 'epp-profile': 'decode' }, body: '{}' });
+      expect(res.status).toBe(200);
+      expect(await res.json()).toEqual({ role: 'decode' });
+    }
   });
 
   it.each([[undefined], ['Decode '], ['render']])('epp-profile %p gets a 400 and reaches no worker', async (profile) => {

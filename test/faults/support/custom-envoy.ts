@@ -57,7 +57,10 @@ export async function startCustomEnvoy(
   const configPath = join(dir, 'envoy.yaml');
   const adminAddressPath = join(dir, 'admin-address');
   const logPath = join(dir, 'envoy.log');
-  writeFileSync(configPath, edit(renderEnvoyBootstrap({ publicPort: 0, adminPort: 0, asyncPort: 0, ...bootstrap, accessLogPath })));
+  writeFileSync(
+    configPath,
+    edit(renderEnvoyBootstrap({ publicPort: 0, adminPort: 0, asyncPort: 0, reusePort: false, ...bootstrap, accessLogPath })),
+  );
   writeFileSync(adminAddressPath, '');
   const errFd = openSync(join(dir, 'envoy.stderr'), 'w');
   const child = spawn(
