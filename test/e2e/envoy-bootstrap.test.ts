@@ -4,7 +4,7 @@
  */
 import { spawnSync } from 'node:child_process';
 import { closeSync, mkdtempSync, openSync, readFileSync, rmSync } from 'node:fs';
-import { createServer, type IncomingMessage, type Server } from 'node:http';
+import { createServer, request, type IncomingMessage, type Server } from 'node:http';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { COMMITTED_BOOTSTRAPS, EnvoyBootstrapError, renderEnvoyBootstrap, type EnvoyBodyMode } from '../../launch/envoy-bootstrap';
@@ -147,23 +147,20 @@ describe('gateway listener (real Envoy)', () => {
   it("a second harness Envoy on a port this one holds fails to start (it does not take a share of this one's connections)", async () => {
     // With SO_REUSEPORT both would bind, and the kernel would hand the second some of the clients
     // that dialled the first: a CI flake where a test's requests reached another stack's gateway.
-    const second = join(dir, 'second');
-    const start = startEnvoy({ dir: second, bootstrap: { publicPort: envoy.gatewayPort, extProcAddress: '127.0.0.1:9' } });
-    const err: unknown = await start.then(
-      async (e) => {
-        await e.stop();
-        return undefined;
-      },
-      (e: unknown) => e,
-    );
-    expect(err).toBeInstanceOf(EnvoyStartError);
-    expect((err as EnvoyStartError).addressInUse).toBe(true);
-    // The first still answers every request on its own.
-    for (let i = 0; i < 20; i++) {
-      const res = await fetch(`${envoy.gatewayUrl}/v1/completions`, { method: 'POST', headers: { 'epp-profile': 'decode' }, body: '{}' });
-      expect(res.status).toBe(200);
-      expect(await res.json()).toEqual({ role: 'decode' });
+    // The second's public listener would answer them with an error (its ext_proc address is dead).
+    const second: unknown = await startEnvoy({
+      dir: join(dir, 'second'),
+      bootstrap: { publicPort: envoy.gatewayPort, extProcAddress: '127.0.0.1:9' },
+    }).catch((e: unknown) => e);
+    try {
+      const statuses: number[] = [];
+      for (let i = 0; i < 40; i++) statuses.push(await postOnNewConnection(`${envoy.gatewayUrl}/v1/completions`, 'decode'));
+      expect(statuses).toEqual(statuses.map(() => 200));
+    } finally {
+      if (!(second instanceof Error)) await (second as EnvoyHandle).stop();
     }
+    expect(second).toBeInstanceOf(EnvoyStartError);
+    expect((second as EnvoyStartError).addressInUse).toBe(true);
   });
 
   it.each([[undefined], ['Decode '], ['render']])('epp-profile %p gets a 400 and reaches no worker', async (profile) => {
@@ -176,3 +173,19 @@ describe('gateway listener (real Envoy)', () => {
     expect(seen).toHaveLength(0);
   });
 });
+
+/** POST with a fresh TCP connection (no keep-alive agent), so that each request is a new accept. */
+function postOnNewConnection(url: string, profile: string): Promise<number> {
+  return new Promise((resolve, reject) => {
+    const req = request(
+      url,
+      { method: 'POST', agent: false, headers: { 'epp-profile': profile, 'content-type': 'application/json' } },
+      (res) => {
+        res.resume();
+        res.on('end', () => resolve(res.statusCode ?? 0));
+      },
+    );
+    req.on('error', reject);
+    req.end('{}');
+  });
+}
