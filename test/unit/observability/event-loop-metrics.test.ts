@@ -15,14 +15,25 @@ function busy(ms: number): void {
 }
 
 describe('event-loop utilisation gauge', () => {
+  // The idle window is wall time, so on a loaded CI machine a process that is runnable but not
+  // scheduled (or stopped for a major GC) counts those milliseconds as busy, and one window can read
+  // 1. Each attempt is a full busy-then-idle pair; a gauge that reports the process's whole life, or
+  // the time since its first scrape, fails every attempt, so the retries only absorb the scheduler.
   it('reports the busy share of the time since the previous scrape', async () => {
     const registry = new Registry();
     registerEventLoopUtilization(registry);
-    await utilization(registry);
-    busy(200);
-    expect(await utilization(registry)).toBeGreaterThan(0.8);
-    await new Promise((r) => setTimeout(r, 300));
-    expect(await utilization(registry)).toBeLessThan(0.3);
+    const attempts: Array<{ busy: number; idle: number }> = [];
+    for (let attempt = 0; attempt < 5; attempt++) {
+      await utilization(registry);
+      busy(200);
+      const busyShare = await utilization(registry);
+      await new Promise((r) => setTimeout(r, 300));
+      attempts.push({ busy: busyShare, idle: await utilization(registry) });
+      if (busyShare > 0.8 && attempts.at(-1)!.idle < 0.3) break;
+    }
+    const last = attempts.at(-1)!;
+    expect(last.busy).toBeGreaterThan(0.8);
+    expect(last.idle).toBeLessThan(0.3);
   });
 
   it('is in the service registry beside the lag gauges, averaged over server.workers processes', async () => {
