@@ -64,8 +64,12 @@ export interface RequestContextInit {
   headers: Record<string, string>;
   body: JsonObject;
   signal: AbortSignal;
-  /** Aborted once the service is done with the request (decided, or the client left). */
-  finished?: AbortSignal;
+  /**
+   * Aborted once the service is done with the request (decided, or the client left). A function is
+   * called the first time {@link RequestContext.finished} is read, so that a request no step waits
+   * on makes no signal.
+   */
+  finished?: AbortSignal | (() => AbortSignal);
   log: Logger;
   /** How `body` came from the client's bytes (big strings kept raw); plain JSON when absent. */
   codec?: BodyCodec;
@@ -96,11 +100,6 @@ export class RequestContext {
   readonly stream: boolean;
   /** Aborted when Envoy ends the stream (the client went away). */
   readonly signal: AbortSignal;
-  /**
-   * Aborted once the service is done with the request: the decision is made (the forwarded decode
-   * then belongs to Envoy) or the client left. Per-request holds such as a quota slot end here.
-   */
-  readonly finished: AbortSignal;
   readonly log: Logger;
 
   /** Set by render: the prompt's token ids, produced once and reused by every leg. */
@@ -115,6 +114,7 @@ export class RequestContext {
   /** Set by the terminal decode step: the request is ready to be forwarded by Envoy. */
   decode: DecodeRequest | null = null;
 
+  private readonly finishedSource: AbortSignal | (() => AbortSignal);
   private forwarded: Record<string, string> | undefined;
   private readonly stamped: Record<string, string> = {};
   /** Names of {@link RequestContextInit.relayResponseHeaders}: a client's values are never sent. */
@@ -128,12 +128,21 @@ export class RequestContext {
     this.headers = { ...init.headers };
     this.body = init.body;
     this.signal = init.signal;
-    this.finished = init.finished ?? init.signal;
+    this.finishedSource = init.finished ?? init.signal;
     this.log = init.log;
     this.codec = init.codec ?? PLAIN_BODY_CODEC;
     this.model = typeof init.body['model'] === 'string' ? this.codec.text(init.body['model'] as string) : '';
     this.stream = init.body['stream'] === true;
     this.relayNames = new Set(init.relayResponseHeaders ?? []);
+  }
+
+  /**
+   * Aborted once the service is done with the request: the decision is made (the forwarded decode
+   * then belongs to Envoy) or the client left. Per-request holds such as a quota slot end here.
+   */
+  get finished(): AbortSignal {
+    const source = this.finishedSource;
+    return typeof source === 'function' ? source() : source;
   }
 
   /**

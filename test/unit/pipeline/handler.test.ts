@@ -259,3 +259,48 @@ describe('routes and stamped headers', () => {
     expect(d.setHeaders['x-objective']).toBe('reserved');
   });
 });
+
+describe('the finished signal (what a per-request hold, such as a quota slot, waits on)', () => {
+  test('is live while the steps run and aborts with "decided" once the decision is made', async () => {
+    let during: { aborted: boolean; signal: AbortSignal } | undefined;
+    const d = await run(
+      [step('hold', (ctx) => void (during = { aborted: ctx.finished.aborted, signal: ctx.finished })), decodeStep],
+      chatBody(),
+    );
+    expect(d.kind).toBe('forward');
+    expect(during!.aborted).toBe(false);
+    expect(during!.signal.aborted).toBe(true);
+    expect(during!.signal.reason).toBe('decided');
+  });
+
+  test('aborts with the stream-end reason when the client leaves while a step waits', async () => {
+    let signal: AbortSignal | undefined;
+    let entered!: () => void;
+    const inStep = new Promise<void>((r) => (entered = r));
+    const waits = step('wait', (ctx) => {
+      signal = ctx.finished;
+      entered();
+      return new Promise((resolve) => ctx.signal.addEventListener('abort', resolve, { once: true }));
+    });
+    const ex = handler([waits, decodeStep]).begin({ method: 'POST', path: '/v1/chat/completions', headers: {} })!;
+    const decided = ex.complete(Buffer.from(chatBody()));
+    await inStep;
+    expect(signal!.aborted).toBe(false);
+    ex.abort('client gone');
+    await decided;
+    expect(signal!.reason).toBe('client gone');
+  });
+
+  test('asked for only after the request ended, it is already aborted, with the first reason', async () => {
+    let kept: RequestContext | undefined;
+    const ex = handler([step('keep', (ctx) => void (kept = ctx)), decodeStep]).begin({
+      method: 'POST',
+      path: '/v1/chat/completions',
+      headers: {},
+    })!;
+    await ex.complete(Buffer.from(chatBody()));
+    ex.abort('stream closed afterwards');
+    expect(kept!.finished.aborted).toBe(true);
+    expect(kept!.finished.reason).toBe('decided');
+  });
+});
