@@ -37,7 +37,7 @@ export class PipelineExchange extends BaseExchange {
   /**
    * Fires when the service is done with the request (see RequestContext.finished). Made on first
    * use: only a step that holds something until then (the async broker's quota slot) asks for it,
-   * and aborting a controller builds and dispatches an Event, about 20 µs of every request.
+   * and aborting a controller builds and dispatches an Event (about 20 µs a request in a CPU profile).
    */
   private done: AbortController | undefined;
   /** Why the request ended, once it has: a signal asked for after that is born aborted. */
