@@ -65,11 +65,11 @@ export interface RequestContextInit {
   body: JsonObject;
   signal: AbortSignal;
   /**
-   * Aborted once the service is done with the request (decided, or the client left). A function is
-   * called the first time {@link RequestContext.finished} is read, so that a request no step waits
-   * on makes no signal.
+   * The signal aborted once the service is done with the request (decided, or the client left),
+   * called each time {@link RequestContext.finished} is read, so that a request no step waits on
+   * makes none. Default: `signal`.
    */
-  finished?: AbortSignal | (() => AbortSignal);
+  finished?: () => AbortSignal;
   log: Logger;
   /** How `body` came from the client's bytes (big strings kept raw); plain JSON when absent. */
   codec?: BodyCodec;
@@ -114,7 +114,7 @@ export class RequestContext {
   /** Set by the terminal decode step: the request is ready to be forwarded by Envoy. */
   decode: DecodeRequest | null = null;
 
-  private readonly finishedSource: AbortSignal | (() => AbortSignal);
+  private readonly finishedSignal: (() => AbortSignal) | undefined;
   private forwarded: Record<string, string> | undefined;
   private readonly stamped: Record<string, string> = {};
   /** Names of {@link RequestContextInit.relayResponseHeaders}: a client's values are never sent. */
@@ -128,7 +128,7 @@ export class RequestContext {
     this.headers = { ...init.headers };
     this.body = init.body;
     this.signal = init.signal;
-    this.finishedSource = init.finished ?? init.signal;
+    this.finishedSignal = init.finished;
     this.log = init.log;
     this.codec = init.codec ?? PLAIN_BODY_CODEC;
     this.model = typeof init.body['model'] === 'string' ? this.codec.text(init.body['model'] as string) : '';
@@ -141,8 +141,7 @@ export class RequestContext {
    * then belongs to Envoy) or the client left. Per-request holds such as a quota slot end here.
    */
   get finished(): AbortSignal {
-    const source = this.finishedSource;
-    return typeof source === 'function' ? source() : source;
+    return this.finishedSignal?.() ?? this.signal;
   }
 
   /**
