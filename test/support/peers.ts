@@ -61,7 +61,11 @@ function kvString(record: string, key: string): string | undefined {
  */
 export function readSimRequests(logPath: string): SimHttpRequest[] {
   if (!existsSync(logPath)) return [];
-  const text = readFileSync(logPath, 'utf8');
+  // The simulator may be writing its last record while we read: a large body can be cut off mid-line
+  // (seen with the `stop` limit case: the headers were there, the body was not yet JSON). A record
+  // ends with a newline, so whatever follows the last one is left for the next read.
+  const written = readFileSync(logPath, 'utf8');
+  const text = written.slice(0, written.lastIndexOf('\n') + 1);
   const out: SimHttpRequest[] = [];
   // A klog record starts with its severity letter and the date: I1201 14:20:00.123456 ...
   for (const record of text.split(/\n(?=[IWEF]\d{4} )/)) {
