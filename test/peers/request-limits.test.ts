@@ -301,7 +301,7 @@ suite(`request limits with the real llm-d EPP and llm-d-inference-sim (PEERS_BIN
   // The control (PEERS_LIMITS_CONTROL=1): without the service in front, one of the extremes kills
   // a worker, so the checks above can fail. It is the last case, as it leaves that worker dead.
   (process.env['PEERS_LIMITS_CONTROL'] === '1' ? it : it.skip)(
-    'control: top_logprobs 2^53 sent to a worker directly kills it',
+    `control${process.env['PEERS_LIMITS_CONTROL'] === '1' ? '' : ' (skipped: set PEERS_LIMITS_CONTROL=1)'}: top_logprobs 2^53 sent to a worker directly kills it`,
     async () => {
       const decode = stack.endpoints.find((e) => e.role === 'decode')!;
       const body = withField('chat', 'top_logprobs', '9007199254740992', 'control').replace(/}$/, ',"logprobs":true}');
