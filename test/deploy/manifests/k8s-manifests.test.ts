@@ -223,7 +223,9 @@ describe('config/k8s files', () => {
 
   const kubectl = spawnSync('kubectl', ['version', '--client'], { encoding: 'utf8' });
   const kustomizeTitle = 'kubectl kustomize renders the same objects';
-  // Skipped only where kubectl is not installed (the machines here have none); the title says so.
+  // Skipped only where kubectl is not installed. The project does not install it: the machine's
+  // image carries it (this one has the apt package, /usr/bin/kubectl). Everything else in this file
+  // checks the same objects without it. The title says so.
   (kubectl.status === 0 ? test : test.skip)(
     kubectl.status === 0 ? kustomizeTitle : `${kustomizeTitle} (skipped: kubectl not on PATH)`,
     () => {
