@@ -198,7 +198,7 @@ export class PooledSideCallClient implements SideCallClient {
     }
     if (answer.over && (opts.okStatuses ?? OK_ONLY).includes(answer.status)) throw new TransportError(opts.step, 'response body too large');
     if (trace) trace.trace({ status: answer.status, body: redactBody(answer.body) }, 'response body');
-    return { status: answer.status, headers: flattenHeaders(answer.headers), body: answer.body };
+    return { status: answer.status, headers: answer.headers, body: answer.body };
   }
 
   async postStreaming(

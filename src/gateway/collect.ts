@@ -15,7 +15,8 @@ import type { Dispatcher } from 'undici';
 
 export interface Collected {
   readonly status: number;
-  readonly headers: Dispatcher.ResponseData['headers'];
+  /** Lower-case names, the first value of a repeated one ({@link answerHeaders}). */
+  readonly headers: Record<string, string>;
   readonly body: Buffer;
   /** The answer had more than its cap; `body` holds the first cap bytes. */
   readonly over: boolean;
@@ -49,17 +50,38 @@ function onDeadline(c: Collector): void {
 }
 
 /**
+ * An answer's headers as the steps read them: lower-case names, the first value of a repeated one.
+ * Built straight from the raw name/value buffers: undici's own parse (parseHeaders) makes an object
+ * with arrays for repeats, which was then flattened into a second one, for each side call.
+ */
+export function answerHeaders(raw: readonly Buffer[]): Record<string, string> {
+  const out: Record<string, string> = {};
+  for (let i = 0; i + 1 < raw.length; i += 2) {
+    const name = raw[i]!.toString('latin1').toLowerCase();
+    // `__proto__` would set the object's prototype; no header of any use has that name.
+    if (name === '__proto__' || Object.hasOwn(out, name)) continue;
+    out[name] = raw[i + 1]!.toString('latin1');
+  }
+  return out;
+}
+
+/**
  * One call's state and its dispatch handler in one object. A class rather than closures: a
  * closure per callback was the largest allocation of a side call in the heap profile, and every
  * request makes two or more of these.
+ *
+ * It implements undici's first handler interface (onConnect, onHeaders, onData, onComplete,
+ * onError), which undici 7 marks deprecated but still calls on every request internally: a handler
+ * of the newer interface is wrapped in an adapter (UnwrapHandler) that allocates a controller per
+ * call and parses the headers and trailers into objects before handing them on.
  */
 class Collector implements Dispatcher.DispatchHandler {
   private readonly parts: Buffer[] = [];
   private size = 0;
   private cap: number;
   private status = 0;
-  private headers: Dispatcher.ResponseData['headers'] = {};
-  private controller: Dispatcher.DispatchController | null = null;
+  private rawHeaders: readonly Buffer[] = [];
+  private abortCall: ((err?: Error) => void) | null = null;
   private settled = false;
   private timer: NodeJS.Timeout | undefined;
   /** The listener on the caller's signal, removed when the call settles. */
@@ -83,39 +105,41 @@ class Collector implements Dispatcher.DispatchHandler {
     if (this.settled) return;
     const err = new CollectAborted(why);
     this.fail(err);
-    this.controller?.abort(err);
+    this.abortCall?.(err);
   }
 
-  onRequestStart(c: Dispatcher.DispatchController): void {
-    this.controller = c;
+  onConnect(abort: (err?: Error) => void): void {
+    this.abortCall = abort;
     // Stopped while it waited in the pool's queue: it never goes out.
-    if (this.settled) c.abort(STOP_READING);
+    if (this.settled) abort(STOP_READING);
   }
 
-  onResponseStart(_c: Dispatcher.DispatchController, statusCode: number, answered: Dispatcher.ResponseData['headers']): void {
+  onHeaders(statusCode: number, rawHeaders: Buffer[]): boolean {
     this.status = statusCode;
-    this.headers = answered;
+    this.rawHeaders = rawHeaders;
     this.cap = this.opts.okStatuses.includes(statusCode) ? this.opts.okCap : this.opts.errorCap;
+    return true;
   }
 
-  onResponseData(c: Dispatcher.DispatchController, chunk: Buffer): void {
-    if (this.settled) return;
+  onData(chunk: Buffer): boolean {
+    if (this.settled) return true;
     if (this.size + chunk.length > this.cap) {
       this.parts.push(chunk.subarray(0, this.cap - this.size));
       this.size = this.cap;
       this.done(true);
-      c.abort(STOP_READING);
-      return;
+      this.abortCall?.(STOP_READING);
+      return true;
     }
     this.parts.push(chunk);
     this.size += chunk.length;
+    return true;
   }
 
-  onResponseEnd(): void {
+  onComplete(): void {
     this.done(false);
   }
 
-  onResponseError(_c: Dispatcher.DispatchController, err: Error): void {
+  onError(err: Error): void {
     this.fail(err);
   }
 
@@ -130,7 +154,7 @@ class Collector implements Dispatcher.DispatchHandler {
     this.finish();
     const parts = this.parts;
     const body = parts.length === 1 ? parts[0]! : Buffer.concat(parts, this.size);
-    this.resolve({ status: this.status, headers: this.headers, body, over });
+    this.resolve({ status: this.status, headers: answerHeaders(this.rawHeaders), body, over });
   }
 
   private fail(err: Error): void {

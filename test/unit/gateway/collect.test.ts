@@ -47,6 +47,22 @@ test('a whole answer: status, headers and the body in one buffer', async () => {
   await pool.close();
 });
 
+test('answer headers: names in lower case, the first value of a repeated one, no __proto__', async () => {
+  handler = (_req, res) => {
+    // Raw header lines, in the case and order a worker might send them.
+    res.writeHead(200, ['X-Peer-Topology', 'first', 'x-peer-topology', 'second', 'Content-Type', 'application/json', '__proto__', 'x']);
+    res.end('{}');
+  };
+  const pool = new Pool(base);
+  const got = await collect(pool, post('/headers'), options());
+  expect(got.headers['x-peer-topology']).toBe('first');
+  expect(got.headers['content-type']).toBe('application/json');
+  expect(Object.keys(got.headers)).not.toContain('X-Peer-Topology');
+  expect(Object.hasOwn(got.headers, '__proto__')).toBe(false);
+  expect(Object.getPrototypeOf(got.headers)).toBe(Object.prototype);
+  await pool.close();
+});
+
 test('a success over its cap stops at the cap, and the rest is not read', async () => {
   let closed = false;
   handler = (req, res) => {
