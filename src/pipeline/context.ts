@@ -232,7 +232,8 @@ export class RequestContext {
   forwardedHeaders(): Record<string, string> {
     if (!this.forwarded) {
       const out: Record<string, string> = {};
-      for (const [name, value] of Object.entries(this.headers)) {
+      for (const name in this.headers) {
+        const value = this.headers[name]!;
         // A name or value no HTTP client may send (Envoy never delivers one, a stray ext_proc
         // client might) is dropped rather than failing the side call, and can never inject CRLF.
         if (!NEVER_FORWARDED.has(name) && !this.relayNames.has(name) && FORWARDABLE_NAME.test(name) && !UNFORWARDABLE_VALUE.test(value))

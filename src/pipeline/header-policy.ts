@@ -139,7 +139,8 @@ export function screenHeaders(
   const removed: string[] = [];
   let invalid: string | undefined;
   const fromOrigin = origin === undefined ? undefined : policy.origins?.get(origin);
-  for (const [name, value] of Object.entries(headers)) {
+  for (const name in headers) {
+    const value = headers[name]!;
     if (GATEWAY_HEADERS.has(name) && !policy.trusted.has(name) && !fromOrigin?.has(name)) {
       removed.push(name);
       continue;
