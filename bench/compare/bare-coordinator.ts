@@ -28,18 +28,19 @@ function postJson(pool: Pool, path: string, headers: Record<string, string>, bod
   return new Promise((resolve, reject) => {
     const parts: Buffer[] = [];
     let status = 0;
+    // undici's first handler interface, as ours (src/gateway/collect.ts): the newer one goes through
+    // an adapter that parses every answer's headers and trailers into objects.
     pool.dispatch(
       { method: 'POST', path, headers, body },
       {
-        // undici takes a handler with onRequestStart for its newer handler API.
-        onRequestStart: () => undefined,
-        onResponseStart: (_c, statusCode) => void (status = statusCode),
-        onResponseData: (_c, chunk) => void parts.push(chunk),
-        onResponseEnd: () => {
+        onConnect: () => undefined,
+        onHeaders: (statusCode) => ((status = statusCode), true),
+        onData: (chunk) => (parts.push(chunk), true),
+        onComplete: () => {
           if (status !== 200) reject(new Error(`${path}: HTTP ${status}`));
           else resolve(JSON.parse(Buffer.concat(parts).toString('utf8')) as Json);
         },
-        onResponseError: (_c, err) => reject(err),
+        onError: (err) => reject(err),
       },
     );
   });
