@@ -7,6 +7,11 @@
  * now held until {@link BATCH_BYTES} accumulate or {@link FLUSH_MS} pass, then written with one
  * synchronous write, in order.
  *
+ * When the log has been quiet for FLUSH_MS (a request a second, say), the first line is written at
+ * the end of the event-loop turn that logged it instead: waiting for company there only woke an
+ * otherwise idle process once more per request, and no company came. Under load every line finds
+ * a batch already waiting, so there are at most two writes per FLUSH_MS.
+ *
  * What this costs: a line reaches stderr up to FLUSH_MS late. Every exit that runs JavaScript
  * (process.exit, the end of a drain, an uncaught exception) flushes what is held first; only a
  * SIGKILL or a crash of the runtime itself loses the lines of the last FLUSH_MS.
@@ -27,9 +32,14 @@ const pause = new Int32Array(new SharedArrayBuffer(4));
 export class BatchedLogDestination {
   private held: string[] = [];
   private bytes = 0;
+  /** The pending flush of what is held: a timer while the log is busy, an immediate after a quiet spell. */
   private timer: NodeJS.Timeout | undefined;
+  private immediate: NodeJS.Immediate | undefined;
+  /** When the last batch was written (performance.now()); -Infinity before the first. */
+  private lastWrite = -Infinity;
   private readonly flushLater = (): void => {
     this.timer = undefined;
+    this.immediate = undefined;
     this.flush();
   };
 
@@ -46,10 +56,11 @@ export class BatchedLogDestination {
     this.held.push(line);
     this.bytes += line.length;
     if (this.bytes >= this.batchBytes) this.flush();
-    else if (this.timer === undefined) {
-      this.timer = setTimeout(this.flushLater, this.flushMs);
-      // A held line never keeps the process alive; the exit hook writes it.
-      this.timer.unref();
+    else if (this.timer === undefined && this.immediate === undefined) {
+      // The immediate stays referenced: an unreferenced one would let the loop sleep in poll first.
+      // A held line never keeps the process alive past that; the exit hook writes it.
+      if (performance.now() - this.lastWrite >= this.flushMs) this.immediate = setImmediate(this.flushLater);
+      else this.timer = setTimeout(this.flushLater, this.flushMs).unref();
     }
     return true;
   }
@@ -60,11 +71,16 @@ export class BatchedLogDestination {
       clearTimeout(this.timer);
       this.timer = undefined;
     }
+    if (this.immediate !== undefined) {
+      clearImmediate(this.immediate);
+      this.immediate = undefined;
+    }
     if (this.held.length === 0) return;
     const text = this.held.length === 1 ? this.held[0]! : this.held.join('');
     this.held = [];
     this.bytes = 0;
     writeAll(this.fd, Buffer.from(text, 'utf8'));
+    this.lastWrite = performance.now();
   }
 }
 

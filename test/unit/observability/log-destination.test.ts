@@ -47,6 +47,31 @@ test('a lone line is written within the flush interval, while the process keeps 
   expect(r.status).toBe(0);
 });
 
+test('after a quiet spell a line is written in the same turn of the event loop, not a flush interval later', () => {
+  // Logged from a timer, as a request's line is logged from I/O; the check runs 10 ms later, well
+  // inside the 100 ms flush interval, and the process then stays alive another 300 ms.
+  const r = child(`
+    setTimeout(() => {
+      log.info('first');
+      setTimeout(() => real.call(fs, 1, 'seen:' + writes + ' '), 10);
+    }, 150);
+    setTimeout(() => {}, 450);
+  `);
+  expect(r.stdout).toMatch(/^seen:1 /);
+  expect(r.lines).toEqual(['first']);
+});
+
+test('a steady trickle of lines is still written in batches', () => {
+  // A line every 5 ms for about 600 ms: at most two writes per 100 ms interval, not one per line.
+  const r = child(`
+    let i = 0;
+    const t = setInterval(() => { log.info('tick ' + i); if (++i === 120) clearInterval(t); }, 5);
+  `);
+  expect(r.lines).toHaveLength(120);
+  expect(r.writes).toBeLessThanOrEqual(16);
+  expect(r.writes).toBeGreaterThan(1);
+});
+
 test('process.exit right after logging keeps the line', () => {
   const r = child(`log.info('before exit'); process.exit(3);`);
   expect(r.status).toBe(3);
