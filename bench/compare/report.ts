@@ -33,6 +33,12 @@ export function markdownTable(topology: string, phases: readonly PhaseResult[]):
       fig('service CPU ms/req', (x) => x.service_cpu_ms_per_request);
       fig('system CPU ms/req', (x) => x.system_cpu_ms_per_request);
     }
+    const w = phase.warmup_service_cpu_ms_per_request;
+    if (w)
+      rows.push(
+        `| warm-up of the phase | service CPU ms/req | - | ${f(w.ours)} | ${f(w.go)} |` +
+          (node ? ` ${f(w.node)} | ${ratio(w.ours, w.go)} | ${ratio(w.node, w.go)} |` : ` ${ratio(w.ours, w.go)} |`),
+      );
     const last = Object.values(phase.memory.after_case).at(-1);
     if (last)
       rows.push(

@@ -58,6 +58,11 @@ export type CaseResult = Record<'floor' | 'ours' | 'go', SetupResult> & { readon
 
 export interface PhaseResult {
   readonly cases: Record<string, CaseResult>;
+  /**
+   * Each setup's service CPU per request over its warm-up (null for the floor): the start-up cost
+   * the measured rounds leave out, V8 compiling our hot path above all (Go compiles ahead of time).
+   */
+  readonly warmup_service_cpu_ms_per_request?: Partial<Record<Setup, number | null>>;
   readonly idle_cpu_ms_per_s: Record<string, number> | null;
   readonly memory: { after_warmup: MemorySample | null; after_case: Record<string, MemorySample> };
 }
@@ -181,6 +186,8 @@ const setupsOf = (stack: CompareStack, c: Case): readonly Setup[] =>
 export interface RunOptions {
   readonly rounds: number;
   readonly warmup: number;
+  /** The warm-up's concurrency: enough that `warmup` requests of this phase's latency take seconds, not minutes. */
+  readonly warmupConcurrency: number;
   readonly idleSeconds: number;
   readonly label: string;
   readonly say: (m: string) => void;
@@ -192,18 +199,22 @@ export async function runPhase(stack: CompareStack, cases: readonly Case[], o: R
   const setups = stack.setups;
   const memory: PhaseResult['memory'] = { after_warmup: null, after_case: {} };
   let idle: Record<string, number> | null = null;
+  const warmupCpu: Partial<Record<Setup, number | null>> = {};
   try {
-    // Warm-up until V8 has compiled the hot path (seconds of TurboFan work that would otherwise be
-    // billed to the first measured requests): the first case at concurrency 64, then a few of every
-    // case, for every setup.
+    // Warm-up until V8 has compiled the hot path: the first case at `warmupConcurrency`, then a few
+    // of every case, for every setup. TurboFan goes on optimising our service for about 10,000
+    // requests (README, Performance); its compiles, on V8's worker threads, would otherwise be
+    // billed to the measured requests of a service that runs for days. Their cost is reported apart.
     for (const s of setups) {
       const t = tally();
       const first = cases[0]!;
-      if (o.warmup > 0) await runBlock({ ...first, stream: false, body: first.body, concurrency: 64 }, s, stack, agent, t, o.warmup);
+      if (o.warmup > 0)
+        await runBlock({ ...first, stream: false, body: first.body, concurrency: o.warmupConcurrency }, s, stack, agent, t, o.warmup);
       for (const c of cases)
         if (setupsOf(stack, c).includes(s)) await runBlock(c, s, stack, agent, t, Math.min(c.requests, Math.max(c.concurrency, 2)));
       if (t.errors > 0) throw new Error(`warm-up failed: ${t.firstError}`);
-      o.say(`${o.label}: ${s} warmed up (${t.total.length} requests)`);
+      warmupCpu[s] = s === 'floor' ? null : round3((t.cpu.service * 1000) / t.total.length);
+      o.say(`${o.label}: ${s} warmed up (${t.total.length} requests, service CPU ${warmupCpu[s] ?? '-'} ms/req)`);
     }
     memory.after_warmup = await memorySample(stack);
     o.say(`${o.label}: memory after warm-up ${JSON.stringify(memory.after_warmup)}`);
@@ -236,5 +247,5 @@ export async function runPhase(stack: CompareStack, cases: readonly Case[], o: R
   } finally {
     await agent.close();
   }
-  return { cases: out, idle_cpu_ms_per_s: idle, memory };
+  return { cases: out, warmup_service_cpu_ms_per_request: warmupCpu, idle_cpu_ms_per_s: idle, memory };
 }
