@@ -48,8 +48,8 @@ const INTS = {
   c32Requests: { flag: 'c32-requests', default: 128, min: 0, max: 100_000, note: 'realistic, concurrency 32; 0 = skip' },
   streaming: { flag: 'streaming', default: 1, min: 0, max: 1, note: 'the streaming cases at c1/c8/c32; 0 = skip' },
   idleSeconds: { flag: 'idle-seconds', default: 10, min: 0, max: 600, note: 'idle CPU of each service; 0 = skip' },
-  // 10,000: V8 was still compiling our hot path with TurboFan after 1,500, the default before; a local
-  // stack at c8 still compiled 30-60 functions per 1,000 requests up to about 10,000 (README, Performance).
+  // 10,000: V8 was still optimising our hot path after 1,500, the default before; a local stack at c8
+  // made 7-56 optimising compiles per 1,000 requests up to about 10,000 (README, Performance).
   warmup: { flag: 'warmup', default: 10_000, min: 0, max: 100_000, note: 'requests per setup before a phase is measured (JIT, pools)' },
 } as const;
 
@@ -153,7 +153,7 @@ async function runTopology(topology: Topology, args: Args, say: (m: string) => v
       out[phase] = await runPhase(stack, cases, {
         rounds: args.rounds,
         warmup: args.warmup,
-        // Realistic requests take about a second: 256 at a time keep 10,000 of them to ~40 s a setup.
+        // Realistic requests take about a second: 256 at a time keep 10,000 of them to minutes a setup.
         warmupConcurrency: phase === 'fast' ? 64 : 256,
         idleSeconds: args.idleSeconds,
         label: `${topology}/${phase}`,

@@ -202,8 +202,8 @@ export async function runPhase(stack: CompareStack, cases: readonly Case[], o: R
   const warmupCpu: Partial<Record<Setup, number | null>> = {};
   try {
     // Warm-up until V8 has compiled the hot path: the first case at `warmupConcurrency`, then a few
-    // of every case, for every setup. TurboFan goes on optimising our service for about 10,000
-    // requests (README, Performance); its compiles, on V8's worker threads, would otherwise be
+    // of every case, for every setup. V8 goes on optimising our service for about 10,000 requests
+    // (README, Performance); its compiles, on V8's worker threads, would otherwise be
     // billed to the measured requests of a service that runs for days. Their cost is reported apart.
     for (const s of setups) {
       const t = tally();
