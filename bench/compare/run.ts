@@ -186,7 +186,7 @@ const setupsOf = (stack: CompareStack, c: Case): readonly Setup[] =>
 export interface RunOptions {
   readonly rounds: number;
   readonly warmup: number;
-  /** The warm-up's concurrency: enough that `warmup` requests of this phase's latency take seconds, not minutes. */
+  /** The warm-up's concurrency: high enough that `warmup` requests at this phase's latency take minutes, not an hour. */
   readonly warmupConcurrency: number;
   readonly idleSeconds: number;
   readonly label: string;
