@@ -14,13 +14,15 @@ export function markdownTable(topology: string, phases: readonly PhaseResult[]):
   const node = phases.some((p) => Object.values(p.cases).some((c) => c.node));
   const head = node ? ' Node floor | ours / Go | Node floor / Go |' : ' ours / Go |';
   const rows = [`| ${topology}: case | figure | floor | ours | Go |${head}`, `|---|---|---|---|---|---|${node ? '---|---|' : ''}`];
+  /** One figure of every setup, with ours/Go (and node/Go) beside it. */
+  const row = (name: string, label: string, v: Partial<Record<Setup, number | null | undefined>>): void => {
+    const tail = node ? ` ${f(v.node)} | ${ratio(v.ours, v.go)} | ${ratio(v.node, v.go)} |` : ` ${ratio(v.ours, v.go)} |`;
+    rows.push(`| ${name} | ${label} | ${f(v.floor)} | ${f(v.ours)} | ${f(v.go)} |${tail}`);
+  };
   for (const phase of phases) {
     for (const [name, r] of Object.entries(phase.cases)) {
-      const fig = (label: string, pick: (x: SetupResult) => number | null | undefined) => {
-        const v = Object.fromEntries(SETUPS.map((s) => [s, r[s] && pick(r[s])])) as Record<Setup, number | null | undefined>;
-        const tail = node ? ` ${f(v.node)} | ${ratio(v.ours, v.go)} | ${ratio(v.node, v.go)} |` : ` ${ratio(v.ours, v.go)} |`;
-        rows.push(`| ${name} | ${label} | ${f(v.floor)} | ${f(v.ours)} | ${f(v.go)} |${tail}`);
-      };
+      const fig = (label: string, pick: (x: SetupResult) => number | null | undefined) =>
+        row(name, label, Object.fromEntries(SETUPS.map((s) => [s, r[s] && pick(r[s])])));
       if (r.floor.ttft) {
         fig('TTFT p50 ms', (x) => x.ttft?.p50);
         fig('TTFT added p50 ms', (x) => x.added_ms?.ttft_p50);
@@ -34,19 +36,9 @@ export function markdownTable(topology: string, phases: readonly PhaseResult[]):
       fig('system CPU ms/req', (x) => x.system_cpu_ms_per_request);
     }
     const w = phase.warmup_service_cpu_ms_per_request;
-    if (w)
-      rows.push(
-        `| warm-up of the phase | service CPU ms/req | - | ${f(w.ours)} | ${f(w.go)} |` +
-          (node ? ` ${f(w.node)} | ${ratio(w.ours, w.go)} | ${ratio(w.node, w.go)} |` : ` ${ratio(w.ours, w.go)} |`),
-      );
+    if (w) row('warm-up of the phase', 'service CPU ms/req', w);
     const last = Object.values(phase.memory.after_case).at(-1);
-    if (last)
-      rows.push(
-        `| memory after the phase | RSS MB | - | ${f(last.ours_rss_mb)} | ${f(last.go_rss_mb)} |` +
-          (node
-            ? ` ${f(last.node_rss_mb)} | ${ratio(last.ours_rss_mb, last.go_rss_mb)} | ${ratio(last.node_rss_mb, last.go_rss_mb)} |`
-            : ` ${ratio(last.ours_rss_mb, last.go_rss_mb)} |`),
-      );
+    if (last) row('memory after the phase', 'RSS MB', { ours: last.ours_rss_mb, go: last.go_rss_mb, node: last.node_rss_mb });
   }
   return rows.join('\n');
 }
