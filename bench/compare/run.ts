@@ -61,6 +61,8 @@ export interface PhaseResult {
   /**
    * Each setup's service CPU per request over its warm-up (null for the floor): the start-up cost
    * the measured rounds leave out, V8 compiling our hot path above all (Go compiles ahead of time).
+   * It covers the whole warm-up: the `warmup` requests and the few of every case after them, among
+   * them two 20 MB bodies in the zero-latency phase (not for the Node floor, which does chat only).
    */
   readonly warmup_service_cpu_ms_per_request?: Partial<Record<Setup, number | null>>;
   readonly idle_cpu_ms_per_s: Record<string, number> | null;
