@@ -2,7 +2,7 @@
  * `grpc.health.v1.Health/Check` on the lean transport, answered from the same statuses the
  * grpc-js health service holds.
  *
- * Why: Envoy checks the service every second (launch/envoy-policy.ts, SERVICE_HEALTH_CHECK) and
+ * Why: Envoy checks the service every two seconds (launch/envoy-policy.ts, SERVICE_HEALTH_CHECK) and
  * the kubelet every few. On grpc-js each check is a unary call through all of its machinery, run
  * too rarely for V8 to optimise: with no traffic it was about 40 % of the service's own CPU (perf,
  * 3.2 ms a second at idle), which a replica pays around the clock and which a low-traffic

@@ -414,7 +414,8 @@ const helmTitle = 'Helm chart charts/epd-coordinator';
       }
       // preStop must outlast the health check's detection (interval x unhealthyThreshold + timeout = 3 s).
       expect(grace(render({ preStopSleepSeconds: 3 }))).toBe(35);
-      for (const values of [{ preStopSleepSeconds: 2 }, { extensionPolicy: { healthCheck: { interval: '3s' } } }]) {
+      // 5 s x 1 + 1 s = 6 s, over the default 5 s preStop.
+      for (const values of [{ preStopSleepSeconds: 2 }, { extensionPolicy: { healthCheck: { interval: '5s' } } }]) {
         const r = helmTemplate(values);
         expect({
           values,
