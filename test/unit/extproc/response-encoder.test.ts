@@ -151,3 +151,19 @@ test('a message of another kind goes to the reference serializer', () => {
   expect(decode(Buffer.from(fast(msg)))).toStrictEqual(decode(reference(msg)));
   expect(handedOn).toBe(before + 1);
 });
+
+test('metadata carries its own fields only, with Object.prototype polluted (the reference serializer takes it), and a "__proto__" field', () => {
+  const meta = toDynamicMetadata('epd.coordinator', JSON.parse('{"__proto__":{"x":1},"request_id":"r-1"}') as Record<string, string>)!;
+  Object.defineProperty(Object.prototype, 'polluted', { value: { stringValue: 'no' }, enumerable: true, configurable: true });
+  const before = handedOn;
+  let bytes: Buffer;
+  try {
+    bytes = Buffer.from(fast({ request_headers: {}, dynamic_metadata: meta } as ProcessingResponseOut));
+  } finally {
+    delete (Object.prototype as Record<string, unknown>)['polluted'];
+  }
+  expect(handedOn).toBe(before + 1);
+  const decoded = decode(bytes) as { dynamic_metadata: { fields: Record<string, { structValue: { fields: object } }> } };
+  expect(Object.keys(decoded.dynamic_metadata.fields)).toEqual(['epd.coordinator']);
+  expect(Object.keys(decoded.dynamic_metadata.fields['epd.coordinator']!.structValue.fields).sort()).toEqual(['__proto__', 'request_id']);
+});
