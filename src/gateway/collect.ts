@@ -57,12 +57,32 @@ function onDeadline(c: Collector): void {
 export function answerHeaders(raw: readonly Buffer[]): Record<string, string> {
   const out: Record<string, string> = {};
   for (let i = 0; i + 1 < raw.length; i += 2) {
-    const name = raw[i]!.toString('latin1').toLowerCase();
+    const name = headerName(raw[i]!.toString('latin1'));
     // `__proto__` would set the object's prototype; no header of any use has that name.
     if (name === '__proto__' || Object.hasOwn(out, name)) continue;
     out[name] = raw[i + 1]!.toString('latin1');
   }
   return out;
+}
+
+/**
+ * Header names seen before, as received -> lower case, each one string that has served as a
+ * property key. Why: a name fresh from its buffer is lower-cased again and looked up in V8's string
+ * table on every store into the headers object, behind a megamorphic store. In perf profiles at
+ * concurrency 8 that was 1.7 % of the service's CPU on the local stack and 3.2 % in the compare
+ * bench's deploy topology; with the cache, 175 -> 115 samples per 4,000 requests on the local stack
+ * (about 3 µs a request). The same dozen names come back on every answer. Bounded: past
+ * MAX_CACHED_NAMES new names are lower-cased each time, as before.
+ */
+const NAMES = new Map<string, string>();
+const MAX_CACHED_NAMES = 256;
+
+function headerName(received: string): string {
+  const known = NAMES.get(received);
+  if (known !== undefined) return known;
+  const name = received.toLowerCase();
+  if (NAMES.size < MAX_CACHED_NAMES) NAMES.set(received, name);
+  return name;
 }
 
 /**

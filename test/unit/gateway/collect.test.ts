@@ -63,6 +63,25 @@ test('answer headers: names in lower case, the first value of a repeated one, no
   await pool.close();
 });
 
+test('answer headers past the name cache: 300 new names each time, still in lower case, the same answers twice', async () => {
+  let round = 0;
+  handler = (_req, res) => {
+    const raw: string[] = [];
+    for (let i = 0; i < 300; i++) raw.push(`X-Round${round}-Name${i}`, String(i));
+    raw.push('X-Inference-Pod', `pod-${round}`);
+    res.writeHead(200, raw);
+    res.end('{}');
+  };
+  const pool = new Pool(base);
+  for (round = 0; round < 2; round++) {
+    const got = await collect(pool, post('/many'), options());
+    expect(got.headers[`x-round${round}-name299`]).toBe('299');
+    expect(got.headers['x-inference-pod']).toBe(`pod-${round}`);
+    expect(Object.keys(got.headers).filter((k) => k !== k.toLowerCase())).toEqual([]);
+  }
+  await pool.close();
+});
+
 test('a success over its cap stops at the cap, and the rest is not read', async () => {
   let closed = false;
   handler = (req, res) => {
