@@ -52,8 +52,8 @@ export const WORKER_RETRY = {
  *
  * Every 2 s, one failure to eject: the same 3 s detection as 1 s x 2, for half the checks. A check
  * is cheap for Envoy but not for an idle Node process, where each one runs cold through node:http2
- * (about 0.75 ms of CPU: a replica's idle CPU went from 0.90 to 0.31 ms/s with a 5 s interval, and
- * at one request a second the check is billed to the request). What is given up is tolerance of a
+ * (about 0.6 ms of CPU: a replica's idle CPU was 0.68-0.93 ms/s at 1 s and 0.31 at 5 s, and at one
+ * request a second the check is billed to the request). What is given up is tolerance of a
  * single unanswered check: a replica that cannot answer within the 1 s timeout is out until its
  * next answer, 2 s later (with every replica out Envoy's panic mode still sends to all).
  */
