@@ -4,9 +4,10 @@ import { Pool } from 'undici';
 import type { Dispatcher } from 'undici';
 import { deadline } from '../pipeline/deadline';
 import { readCapped } from './read-capped';
-import { collect, CollectAborted, type Collected } from './collect';
+import { collect, CollectAborted, findHeader, type Collected } from './collect';
 import { mayBeNoEndpointAnswer, noEndpointReason, type NoEndpointReason } from './no-endpoint';
 import { CancelledError, TransportError, UPSTREAM_ERROR_BODY_CAP } from '../pipeline/errors';
+import { headersOf } from '../pipeline/side-call';
 import type { SideCallBody, SideCallClient, SideCallOptions, SideCallResponse, StreamingSideCallResponse } from '../pipeline/side-call';
 
 /** A success body larger than this is refused: no side-call answer we read is legitimately bigger. */
@@ -84,6 +85,19 @@ function requestBody(
 
 const OK_ONLY: readonly number[] = [200];
 
+/** A collected answer; its headers are looked up in the raw buffers when a step asks for one. */
+class CollectedAnswer implements SideCallResponse {
+  constructor(
+    readonly status: number,
+    private readonly rawHeaders: readonly Buffer[],
+    readonly body: Buffer,
+  ) {}
+
+  header(name: string): string | undefined {
+    return findHeader(this.rawHeaders, name);
+  }
+}
+
 async function* oneChunk(chunk: Buffer): AsyncIterable<Buffer> {
   yield chunk;
 }
@@ -155,7 +169,7 @@ export class PooledSideCallClient implements SideCallClient {
     if (!observation) return this.postUnobserved(path, headers, body, opts);
     try {
       const res = await this.postUnobserved(path, observation.headers ?? headers, body, opts);
-      observation.ended(res.status, mayBeNoEndpointAnswer(res.status, res.headers) ? noEndpointReason(res) : undefined);
+      observation.ended(res.status, mayBeNoEndpointAnswer(res) ? noEndpointReason(res) : undefined);
       return res;
     } catch (err) {
       observation.ended(outcomeOf(err));
@@ -198,7 +212,7 @@ export class PooledSideCallClient implements SideCallClient {
     }
     if (answer.over && (opts.okStatuses ?? OK_ONLY).includes(answer.status)) throw new TransportError(opts.step, 'response body too large');
     if (trace) trace.trace({ status: answer.status, body: redactBody(answer.body) }, 'response body');
-    return { status: answer.status, headers: answer.headers, body: answer.body };
+    return new CollectedAnswer(answer.status, answer.rawHeaders, answer.body);
   }
 
   async postStreaming(
@@ -219,7 +233,7 @@ export class PooledSideCallClient implements SideCallClient {
       throw err;
     }
     const answered = flattenHeaders(res.headers);
-    if (observation && mayBeNoEndpointAnswer(res.statusCode, answered)) {
+    if (observation && mayBeNoEndpointAnswer({ status: res.statusCode, ...headersOf(answered) })) {
       return this.observedRejection(res, answered, observation, (err) => this.transportError(err, opts, signal.aborted), release);
     }
     observation?.ended(res.statusCode);
@@ -249,7 +263,7 @@ export class PooledSideCallClient implements SideCallClient {
     } finally {
       release();
     }
-    observation.ended(res.statusCode, noEndpointReason({ status: res.statusCode, headers, body }));
+    observation.ended(res.statusCode, noEndpointReason({ status: res.statusCode, ...headersOf(headers), body }));
     return { status: res.statusCode, headers, body: oneChunk(body), cancel: () => undefined };
   }
 

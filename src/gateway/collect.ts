@@ -4,8 +4,8 @@
  * Why not `pool.request()` and a read loop: request() wraps every answer in a Readable stream,
  * links the caller's AbortSignal with listeners of its own, and the body is then read through an
  * async iterator, a promise per chunk. An answer we read whole needs none of it: the chunks are
- * collected as they arrive, up to a cap, and one promise settles at the end. The caller's signal
- * and the total deadline share one listener and one timer, and no AbortController is made.
+ * collected as they arrive, up to a cap, and one promise settles at the end. The total deadline is
+ * one timer, the caller's signal one listener for every call on it, and no AbortController is made.
  *
  * Every way the call ends settles the promise exactly once: the answer complete, the cap passed
  * (`over`; the rest is not read and the connection is dropped), the caller's abort, the deadline,
@@ -15,8 +15,8 @@ import type { Dispatcher } from 'undici';
 
 export interface Collected {
   readonly status: number;
-  /** Lower-case names, the first value of a repeated one ({@link answerHeaders}). */
-  readonly headers: Record<string, string>;
+  /** The answer's header names and values as received, alternating ({@link findHeader}). */
+  readonly rawHeaders: readonly Buffer[];
   readonly body: Buffer;
   /** The answer had more than its cap; `body` holds the first cap bytes. */
   readonly over: boolean;
@@ -50,39 +50,49 @@ function onDeadline(c: Collector): void {
 }
 
 /**
- * An answer's headers as the steps read them: lower-case names, the first value of a repeated one.
- * Built straight from the raw name/value buffers: undici's own parse (parseHeaders) makes an object
- * with arrays for repeats, which was then flattened into a second one, for each side call.
+ * The first value of the header `name` (lower case) in an answer's raw name/value buffers, compared
+ * byte by byte without case: no string is made of a name, and only the value found is decoded.
+ * Why not a record of every header: a step reads one or two of them (side-call.ts, AnswerHeaders).
  */
-export function answerHeaders(raw: readonly Buffer[]): Record<string, string> {
-  const out: Record<string, string> = {};
+export function findHeader(raw: readonly Buffer[], name: string): string | undefined {
+  const n = name.length;
   for (let i = 0; i + 1 < raw.length; i += 2) {
-    const name = headerName(raw[i]!.toString('latin1'));
-    // `__proto__` would set the object's prototype; no header of any use has that name.
-    if (name === '__proto__' || Object.hasOwn(out, name)) continue;
-    out[name] = raw[i + 1]!.toString('latin1');
+    const b = raw[i]!;
+    if (b.length !== n) continue;
+    let j = 0;
+    for (; j < n; j++) {
+      let c = b[j]!;
+      if (c >= 0x41 && c <= 0x5a) c |= 0x20;
+      if (c !== name.charCodeAt(j)) break;
+    }
+    if (j === n) return raw[i + 1]!.toString('latin1');
   }
-  return out;
+  return undefined;
 }
 
 /**
- * Header names seen before, as received -> lower case, each one string that has served as a
- * property key. Why: a name fresh from its buffer is lower-cased again and looked up in V8's string
- * table on every store into the headers object, behind a megamorphic store. In perf profiles at
- * concurrency 8 that was 1.7 % of the service's CPU on the local stack and 3.2 % in the compare
- * bench's deploy topology; with the cache, 175 -> 115 samples per 4,000 requests on the local stack
- * (about 3 µs a request). The same dozen names come back on every answer. Bounded: past
- * MAX_CACHED_NAMES new names are lower-cased each time, as before.
+ * The calls in flight on each caller signal, and the one listener per signal that stops them. Why
+ * not a listener per call: adding and removing a listener on Node's EventTarget (a listener map per
+ * type, grown and shrunk) was about 2 % of the service's CPU in a perf profile of the deploy
+ * topology, for two side calls a request on the same signal.
  */
-const NAMES = new Map<string, string>();
-const MAX_CACHED_NAMES = 256;
+const IN_FLIGHT = new WeakMap<AbortSignal, Set<Collector>>();
 
-function headerName(received: string): string {
-  const known = NAMES.get(received);
-  if (known !== undefined) return known;
-  const name = received.toLowerCase();
-  if (NAMES.size < MAX_CACHED_NAMES) NAMES.set(received, name);
-  return name;
+function trackOn(signal: AbortSignal, c: Collector): Set<Collector> {
+  let calls = IN_FLIGHT.get(signal);
+  if (calls === undefined) {
+    const set = (calls = new Set<Collector>());
+    IN_FLIGHT.set(signal, set);
+    signal.addEventListener(
+      'abort',
+      () => {
+        for (const call of set) call.stop('cancelled');
+      },
+      { once: true },
+    );
+  }
+  calls.add(c);
+  return calls;
 }
 
 /**
@@ -104,8 +114,8 @@ class Collector implements Dispatcher.DispatchHandler {
   private abortCall: ((err?: Error) => void) | null = null;
   private settled = false;
   private timer: NodeJS.Timeout | undefined;
-  /** The listener on the caller's signal, removed when the call settles. */
-  readonly onCancel = (): void => this.stop('cancelled');
+  /** The calls on the caller's signal, this one among them until it settles. */
+  private readonly siblings: Set<Collector>;
 
   constructor(
     private readonly opts: CollectOptions,
@@ -113,7 +123,7 @@ class Collector implements Dispatcher.DispatchHandler {
     private readonly reject: (err: Error) => void,
   ) {
     this.cap = opts.okCap;
-    opts.signal.addEventListener('abort', this.onCancel, { once: true });
+    this.siblings = trackOn(opts.signal, this);
     if (opts.totalTimeoutMs > 0) {
       this.timer = setTimeout(onDeadline, opts.totalTimeoutMs, this);
       // A pending call keeps the process alive through its socket; the timer alone need not.
@@ -166,7 +176,7 @@ class Collector implements Dispatcher.DispatchHandler {
   private finish(): void {
     this.settled = true;
     if (this.timer !== undefined) clearTimeout(this.timer);
-    this.opts.signal.removeEventListener('abort', this.onCancel);
+    this.siblings.delete(this);
   }
 
   private done(over: boolean): void {
@@ -174,7 +184,7 @@ class Collector implements Dispatcher.DispatchHandler {
     this.finish();
     const parts = this.parts;
     const body = parts.length === 1 ? parts[0]! : Buffer.concat(parts, this.size);
-    this.resolve({ status: this.status, headers: answerHeaders(this.rawHeaders), body, over });
+    this.resolve({ status: this.status, rawHeaders: this.rawHeaders, body, over });
   }
 
   private fail(err: Error): void {

@@ -16,6 +16,8 @@
  * never the scheduler's "no endpoints available" message, so the body is what tells them apart.
  * All three parts must match; a worker's own 429/503 carries no dropped-reason header.
  */
+import type { AnswerHeaders } from '../pipeline/side-call';
+
 export const HEADER_REQUEST_DROPPED_REASON = 'x-llm-d-request-dropped-reason';
 
 /** The dropped-reason values that mean "no endpoint": a bounded metric label. */
@@ -27,17 +29,13 @@ const NO_ENDPOINT_ANSWERS: ReadonlyArray<{ status: number; reason: NoEndpointRea
 ];
 
 /** Whether an answer with this status and these headers may be a no-endpoint answer (its body decides). */
-export function mayBeNoEndpointAnswer(status: number, headers: Readonly<Record<string, string>>): boolean {
-  return (status === 429 || status === 503) && headers[HEADER_REQUEST_DROPPED_REASON] !== undefined;
+export function mayBeNoEndpointAnswer(res: AnswerHeaders & { readonly status: number }): boolean {
+  return (res.status === 429 || res.status === 503) && res.header(HEADER_REQUEST_DROPPED_REASON) !== undefined;
 }
 
 /** The EPP's dropped reason when the answer is a no-endpoint answer, else undefined. */
-export function noEndpointReason(res: {
-  readonly status: number;
-  readonly headers: Readonly<Record<string, string>>;
-  readonly body: Buffer;
-}): NoEndpointReason | undefined {
-  const reason = res.headers[HEADER_REQUEST_DROPPED_REASON]?.trim().toLowerCase();
+export function noEndpointReason(res: AnswerHeaders & { readonly status: number; readonly body: Buffer }): NoEndpointReason | undefined {
+  const reason = res.header(HEADER_REQUEST_DROPPED_REASON)?.trim().toLowerCase();
   if (reason === undefined) return undefined;
   for (const a of NO_ENDPOINT_ANSWERS) {
     if (res.status === a.status && reason === a.reason && res.body.includes(a.body)) return a.reason;

@@ -2,6 +2,7 @@ import type { Logger } from 'pino';
 import { PLAIN_BODY_CODEC, type BodyCodec, type JsonObject } from './json-body';
 import { HOP_BY_HOP_HEADERS } from './hop-by-hop';
 import { HEADER_PEER_TOPOLOGY, mostFrequent } from './response-headers';
+import { headersOf, type AnswerHeaders } from './side-call';
 
 // Steps take the body's type from the context they are handed; it is defined by the body codec.
 export type { JsonObject } from './json-body';
@@ -148,10 +149,10 @@ export class RequestContext {
    * Takes the configured relay headers from a phase's answer (render, prefill): a later phase's
    * value replaces an earlier one. Lower-case names, as the side-call client reports them.
    */
-  captureResponseHeaders(headers: Readonly<Record<string, string>>): void {
+  captureResponseHeaders(answer: AnswerHeaders): void {
     let changed = false;
     for (const name of this.relayNames) {
-      const v = headers[name];
+      const v = answer.header(name);
       if (v !== undefined && UNFORWARDABLE_VALUE.test(v) === false) {
         this.relayed[name] = v;
         changed = true;
@@ -161,18 +162,18 @@ export class RequestContext {
   }
 
   /** A fan-out phase (encode): per header, the value most of its answers carried. */
-  captureFanOutHeaders(answers: ReadonlyArray<Readonly<Record<string, string>>>): void {
+  captureFanOutHeaders(answers: readonly AnswerHeaders[]): void {
     const merged: Record<string, string> = {};
     for (const name of this.relayNames) {
-      const v = mostFrequent(answers.map((h) => h[name]).filter((x): x is string => x !== undefined));
+      const v = mostFrequent(answers.map((a) => a.header(name)).filter((x): x is string => x !== undefined));
       if (v !== undefined) merged[name] = v;
     }
-    this.captureResponseHeaders(merged);
+    this.captureResponseHeaders(headersOf(merged));
   }
 
   /** The prefill answer's `x-peer-topology`, for the decode request only (PR #2319). */
-  capturePeerTopology(headers: Readonly<Record<string, string>>): void {
-    const v = headers[HEADER_PEER_TOPOLOGY];
+  capturePeerTopology(answer: AnswerHeaders): void {
+    const v = answer.header(HEADER_PEER_TOPOLOGY);
     if (v !== undefined && !UNFORWARDABLE_VALUE.test(v)) this.relayed[HEADER_PEER_TOPOLOGY] = v;
   }
 

@@ -7,7 +7,7 @@ import type { JsonObject, MultimodalEntry, RequestContext } from '../pipeline/co
 import { UpstreamError, UpstreamInvalidError } from '../pipeline/errors';
 import { ParamReader } from '../pipeline/params';
 import type { Step, StepDeps, StepFactory, StepParams } from '../pipeline/step';
-import type { SideCallClient } from '../pipeline/side-call';
+import type { AnswerHeaders, SideCallClient } from '../pipeline/side-call';
 import type { EcConnector } from '../connectors/ec';
 import { buildEcConnector } from '../connectors/ec';
 import { requireGateway } from './gateway-required';
@@ -136,7 +136,7 @@ class EncodeStep implements Step {
           ? responsesImageParts(ctx.body).filter((p) => typeof p['image_url'] === 'string')
           : [];
 
-    const answerHeaders: Array<Record<string, string>> = [];
+    const answerHeaders: AnswerHeaders[] = [];
     const results = await this.fanOut(ctx, entries.length, (i, signal) =>
       this.encodeOne(ctx, i, buildEncodeBody(ctx, entries[i]!, format, imageUrls), path, signal, answerHeaders),
     );
@@ -179,7 +179,7 @@ class EncodeStep implements Step {
     body: JsonObject,
     path: string,
     signal: AbortSignal,
-    answerHeaders: Array<Record<string, string>>,
+    answerHeaders: AnswerHeaders[],
   ): Promise<Record<string, unknown> | null> {
     const step = `${ENCODE_STEP}[${i}]`;
     const headers = gatewayLegHeaders(ctx.forwardedHeaders(), ctx.requestId, 'encode');
@@ -201,7 +201,7 @@ class EncodeStep implements Step {
       log: ctx.log,
     });
     if (res.status !== 200) throw new UpstreamError(step, res.status, res.body.toString('utf8'));
-    answerHeaders.push(res.headers);
+    answerHeaders.push(res);
     let answer: unknown;
     try {
       answer = decodeFirstJsonValue(res.body);

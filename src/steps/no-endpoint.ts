@@ -7,6 +7,6 @@
 import type { SideCallResponse } from '../gateway/client';
 import { noEndpointReason } from '../gateway/no-endpoint';
 
-export function isNoPrefillEndpointAnswer(res: Pick<SideCallResponse, 'status' | 'headers' | 'body'>): boolean {
+export function isNoPrefillEndpointAnswer(res: Pick<SideCallResponse, 'status' | 'header' | 'body'>): boolean {
   return noEndpointReason(res) !== undefined;
 }

@@ -139,7 +139,7 @@ class PrefillDecodeStep implements Step {
       // An EPP that does not know the preference forwarded the ask to a model server.
       throw new UpstreamInvalidError(`prefill-decode: reserve-endpoint answered HTTP ${res.status}, expected 204`);
     }
-    const value = res.headers[HEADER_RESERVED_HOST_PORT];
+    const value = res.header(HEADER_RESERVED_HOST_PORT);
     if (value === undefined) {
       throw new UpstreamInvalidError(
         `prefill-decode: reserve-endpoint answer has no ${HEADER_RESERVED_HOST_PORT} header; is the reserve-endpoint plugin configured in EPP?`,

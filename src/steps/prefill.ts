@@ -114,8 +114,8 @@ class PrefillStep implements Step {
     }
     ctx.kvTransferParams = coerceParamsMap(answer?.['kv_transfer_params'], 'kv_transfer_params', ctx.log);
     ctx.disaggregation = 'disaggregated';
-    ctx.captureResponseHeaders(res.headers);
-    ctx.capturePeerTopology(res.headers);
+    ctx.captureResponseHeaders(res);
+    ctx.capturePeerTopology(res);
     // Stamped headers ride on the request Envoy finally forwards, so decode gets them too.
     for (const [name, value] of Object.entries(this.kv.decodeHeaders?.(ctx) ?? {})) ctx.stampHeader(name, value);
     ctx.log.debug({ step: PREFILL_STEP }, 'complete');

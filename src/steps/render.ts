@@ -214,7 +214,7 @@ class RenderStep implements Step {
       okStatuses: [200],
       log: ctx.log,
     });
-    if (res.status === 200) ctx.captureResponseHeaders(res.headers);
+    if (res.status === 200) ctx.captureResponseHeaders(res);
     return res;
   }
 

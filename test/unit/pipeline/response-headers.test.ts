@@ -3,6 +3,7 @@ import { ConfigError } from '../../../src/config/errors';
 import { parseConfig } from '../../../src/config/config';
 import { DEFAULT_FORWARD_RESPONSE_HEADERS, mostFrequent, parseForwardResponseHeaders } from '../../../src/pipeline/response-headers';
 import { RequestContext } from '../../../src/pipeline/context';
+import { headersOf } from '../../../src/pipeline/side-call';
 import { silentLogger } from '../../../src/observability/logger';
 import { relayedResponseHeaders } from '../../../src/steps/conditional-decode';
 
@@ -50,8 +51,8 @@ describe('relay on one request', () => {
 
   it("an answer's value reaches later side calls and the decode request; the topology only decode", () => {
     const ctx = ctxWith({ 'x-llm-d-disagg-revision': 'client' });
-    ctx.captureResponseHeaders({ 'x-llm-d-disagg-revision': 'rev-1', 'x-peer-topology': 'host=a' });
-    ctx.capturePeerTopology({ 'x-peer-topology': 'host=a' });
+    ctx.captureResponseHeaders(headersOf({ 'x-llm-d-disagg-revision': 'rev-1', 'x-peer-topology': 'host=a' }));
+    ctx.capturePeerTopology(headersOf({ 'x-peer-topology': 'host=a' }));
     expect(ctx.forwardedHeaders()).toEqual({ 'x-llm-d-disagg-revision': 'rev-1' });
     expect(ctx.relayedHeaders()).toEqual({ 'x-llm-d-disagg-revision': 'rev-1', 'x-peer-topology': 'host=a' });
     expect(ctx.discardedClientHeaders()).toEqual([]);
@@ -60,10 +61,10 @@ describe('relay on one request', () => {
   it('a fan-out takes the most frequent value; a tie goes to the first seen', () => {
     const ctx = ctxWith({});
     ctx.captureFanOutHeaders([
-      { 'x-llm-d-disagg-revision': 'b' },
-      {},
-      { 'x-llm-d-disagg-revision': 'a' },
-      { 'x-llm-d-disagg-revision': 'a' },
+      headersOf({ 'x-llm-d-disagg-revision': 'b' }),
+      headersOf({}),
+      headersOf({ 'x-llm-d-disagg-revision': 'a' }),
+      headersOf({ 'x-llm-d-disagg-revision': 'a' }),
     ]);
     expect(ctx.relayedHeaders()).toEqual({ 'x-llm-d-disagg-revision': 'a' });
     expect(mostFrequent(['x', 'y', 'y', 'x'])).toBe('x');
@@ -72,7 +73,7 @@ describe('relay on one request', () => {
 
   it('a value no HTTP client may send is not relayed', () => {
     const ctx = ctxWith({});
-    ctx.captureResponseHeaders({ 'x-llm-d-disagg-revision': 'a\u0001b' });
+    ctx.captureResponseHeaders(headersOf({ 'x-llm-d-disagg-revision': 'a\u0001b' }));
     expect(ctx.relayedHeaders()).toEqual({});
   });
 });

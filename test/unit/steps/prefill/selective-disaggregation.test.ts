@@ -8,6 +8,7 @@ import type { StepParams } from '../../../../src/pipeline/step';
 import { createDecodeStep } from '../../../../src/steps/decode';
 import { createPrefillStep } from '../../../../src/steps/prefill';
 import { isNoPrefillEndpointAnswer } from '../../../../src/steps/no-endpoint';
+import { headersOf } from '../../../../src/pipeline/side-call';
 import { makeCtx, useFakeUpstreams } from '../fake-upstream';
 
 const up = useFakeUpstreams();
@@ -109,7 +110,7 @@ describe('fallback_to_decode', () => {
 describe('isNoPrefillEndpointAnswer', () => {
   const res = (status: number, reason: string | undefined, body: string) => ({
     status,
-    headers: (reason === undefined ? {} : { 'x-llm-d-request-dropped-reason': reason }) as Record<string, string>,
+    ...headersOf(reason === undefined ? {} : { 'x-llm-d-request-dropped-reason': reason }),
     body: Buffer.from(body),
   });
   it.each([
