@@ -412,6 +412,12 @@ export class ProcessStream {
         break;
     }
     this.phase = 'answered';
+    // Nothing reads the exchange after this (abortOnce and undecided() only before it), and Envoy
+    // keeps the stream open until the client has the whole response (with real workers, about a
+    // second): a kept exchange (its context, parsed body, token ids) would outlive V8's young
+    // generation and be promoted. Dropped, what outlives a scavenge per request on the local stack
+    // fell from 11.9 to 6.1 KB (sampling heap profile, concurrency 1).
+    this.exchange = null;
   }
 
   private deliveryContext(): DeliveryContext {
