@@ -138,7 +138,7 @@ test('an already aborted signal: no request at all', async () => {
   await pool.close();
 });
 
-test("one abort stops every call in flight on the signal, and calls on a long-lived signal add one listener, not one each", async () => {
+test('one abort stops every call in flight on the signal, and calls on a long-lived signal add one listener, not one each', async () => {
   const pool = new Pool(base);
   const caller = new AbortController();
   handler = (_req, res) => res.end('{}');
