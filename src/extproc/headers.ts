@@ -104,15 +104,47 @@ export interface HeaderMutationInput {
   readonly extraRemove?: readonly string[];
 }
 
+/**
+ * Names seen before -> their lower-case form, or null when that is not a valid name. Why: a forward
+ * decision sets and removes the same dozen names on every request (ours and the connectors'), and
+ * lower-casing each and testing it against the token pattern was most of building the mutation.
+ * Bounded: past MAX_KNOWN_NAMES a new name is checked each time, as before.
+ */
+const KNOWN_NAMES = new Map<string, string | null>();
+const MAX_KNOWN_NAMES = 256;
+
+function checkedName(rawName: string): string | null {
+  const known = KNOWN_NAMES.get(rawName);
+  if (known !== undefined) return known;
+  const name = rawName.toLowerCase();
+  const checked = isValidHeaderName(name) ? name : null;
+  if (KNOWN_NAMES.size < MAX_KNOWN_NAMES) KNOWN_NAMES.set(rawName, checked);
+  return checked;
+}
+
+/** Optional whitespace around a field value goes (RFC 9110 5.5); most values have none. */
+function trimmedValue(value: string): string {
+  const n = value.length;
+  if (n === 0) return value;
+  const first = value.charCodeAt(0);
+  const last = value.charCodeAt(n - 1);
+  if (first !== 0x20 && first !== 0x09 && last !== 0x20 && last !== 0x09) return value;
+  return value.replace(/^[ \t]+|[ \t]+$/g, '');
+}
+
 /** Builds a HeaderMutation: values in raw_value, overwrite semantics, invalid entries dropped. */
 export function buildHeaderMutation(input: HeaderMutationInput, dropped?: DroppedHeaders): HeaderMutationOut {
   const set_headers: HeaderValueOptionOut[] = [];
   const setNames = new Set<string>();
   const addSet = (rawName: string, rawValue: string, ours: boolean): void => {
-    const name = rawName.toLowerCase();
-    const value = typeof rawValue === 'string' ? rawValue.replace(/^[ \t]+|[ \t]+$/g, '') : '';
+    const name = checkedName(rawName);
+    const value = typeof rawValue === 'string' ? trimmedValue(rawValue) : '';
+    if (name === null) {
+      dropped?.invalid.push(rawName.toLowerCase());
+      return;
+    }
     if ((!ours && input.skip?.has(name)) || setNames.has(name)) return;
-    if (!isValidHeaderName(name) || !isValidHeaderValue(value)) {
+    if (!isValidHeaderValue(value)) {
       dropped?.invalid.push(name);
       return;
     }
@@ -127,12 +159,12 @@ export function buildHeaderMutation(input: HeaderMutationInput, dropped?: Droppe
   const removeNames = new Set<string>();
   const addRemove = (rawName: string): void => {
     if (typeof rawName !== 'string') return;
-    const name = rawName.toLowerCase();
-    if (removeNames.has(name) || setNames.has(name)) return;
-    if (!isValidHeaderName(name)) {
-      dropped?.invalid.push(name);
+    const name = checkedName(rawName);
+    if (name === null) {
+      dropped?.invalid.push(rawName.toLowerCase());
       return;
     }
+    if (removeNames.has(name) || setNames.has(name)) return;
     removeNames.add(name);
     remove_headers.push(name);
   };

@@ -155,6 +155,24 @@ describe('header mutations the service sends to Envoy', () => {
     expect(m.set_headers.map((h) => h.header.key)).toEqual(['x-ok']);
     expect(dropped.invalid.sort()).toEqual(['bad name', 'x-crlf', 'x-lf', 'x-nul']);
   });
+
+  it('the same names every time (they are remembered): lower case, trimmed values, bad names dropped again, past the bound too', () => {
+    for (let round = 0; round < 2; round++) {
+      const dropped = { invalid: [] as string[] };
+      const set: Record<string, string> = { 'X-Round': ` r${round}\t`, 'Bad Name': 'v', 'x-plain': 'as is' };
+      // Past the bound of remembered names: each new one is still checked.
+      for (let i = 0; i < 300; i++) set[`X-Many-${round}-${i}`] = String(i);
+      const m = buildHeaderMutation({ set, remove: ['X-Gone', 'bad\tname', 'x-round'] }, dropped);
+      const got = Object.fromEntries(m.set_headers.map((h) => [h.header.key, h.header.raw_value.toString('latin1')]));
+      expect(got['x-round']).toBe(`r${round}`);
+      expect(got['x-plain']).toBe('as is');
+      expect(got[`x-many-${round}-299`]).toBe('299');
+      expect(Object.keys(got).filter((k) => k !== k.toLowerCase())).toEqual([]);
+      // A name that is set is not also removed.
+      expect(m.remove_headers).toEqual(['x-gone']);
+      expect(dropped.invalid.sort()).toEqual(['bad\tname', 'bad name']);
+    }
+  });
 });
 
 describe('CR, LF and NUL from an HTTP client, through Envoy', () => {
