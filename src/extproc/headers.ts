@@ -107,7 +107,8 @@ export interface HeaderMutationInput {
 /**
  * Names seen before -> their lower-case form, or null when that is not a valid name. Why: a forward
  * decision sets and removes the same dozen names on every request (ours and the connectors'), and
- * lower-casing each and testing it against the token pattern was most of building the mutation.
+ * lower-casing each and testing it against the token pattern was a large part of building the
+ * mutation (with the trim below: 1.9 -> 1.1 µs for a forward decision, microbenchmark).
  * Bounded: past MAX_KNOWN_NAMES a new name is checked each time, as before.
  */
 const KNOWN_NAMES = new Map<string, string | null>();
