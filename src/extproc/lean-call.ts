@@ -1,18 +1,18 @@
 /**
  * One `Process` call served on a node:http2 stream without grpc-js (why: lean-transport.ts).
  *
- * To ProcessStream it is what grpc-js's ServerDuplexStream is (outbound.ts, ProcessCall): 'data'
- * per decoded message, 'end' on Envoy's half-close (after every message before it), 'drain',
- * 'cancelled' when the stream is reset or its session goes before our status went out, 'close' once
- * the call is over; `emit('error', {code, details})` ends it with that status, `end()` with OK, both
+ * To ProcessStream it is what grpc-js's ServerDuplexStream is (outbound.ts, ProcessCall), with its
+ * events as direct calls on one sink (CallSink): each decoded message, Envoy's half-close (after
+ * every message before it), 'drain', `cancelled` when the stream is reset or its session goes before
+ * our status went out, `closed` once the call is over; `emit('error', {code, details})` ends it with
+ * that status (and tells the sink, as grpc-js's 'error' listeners hear it), `end()` with OK, both
  * after every message written before. On the wire: gRPC framing (grpc-framing.ts), no compression
  * (a compressed message ends the call), the limits of `messageLimits()`, `grpc-timeout` honoured,
  * trailers-only when nothing was written.
  */
-import { EventEmitter } from 'node:events';
 import * as http2 from 'node:http2';
 import { FrameReader, frameMessage, type Frame } from './grpc-framing';
-import type { CallMetadata, ProcessCall } from './outbound';
+import type { CallMetadata, CallSink, SinkCall } from './outbound';
 import type { ProcessingRequestIn, ProcessingResponseOut } from './wire';
 
 /** The grpc.status codes this file answers with (no runtime grpc-js import here). */
@@ -62,8 +62,35 @@ function trailers(code: number, details: string): http2.OutgoingHttpHeaders {
   return code === GrpcStatus.OK ? OK_TRAILERS : { 'grpc-status': String(code), 'grpc-message': encodeURI(details) };
 }
 
-export class LeanCall extends EventEmitter implements ProcessCall {
-  readonly metadata: CallMetadata;
+/** The call's request metadata: raw header values, as grpc-js's Metadata holds a text key (origin.ts reads one). */
+class HeaderMetadata implements CallMetadata {
+  constructor(private headers: http2.IncomingHttpHeaders | null) {}
+
+  get(key: string): readonly string[] {
+    const v = this.headers?.[key];
+    if (v === undefined) return [];
+    return Array.isArray(v) ? v : [v];
+  }
+
+  /** The call is over: nothing reads them any more (see LeanCall.over). */
+  release(): void {
+    this.headers = null;
+  }
+}
+
+/** Until ProcessStream attaches (the same turn the call is made), what happens is dropped. */
+const DETACHED: CallSink = {
+  message: () => undefined,
+  halfClosed: () => undefined,
+  drained: () => undefined,
+  cancelled: () => undefined,
+  closed: () => undefined,
+  failed: () => undefined,
+};
+
+export class LeanCall implements SinkCall {
+  readonly metadata: HeaderMetadata;
+  private sink: CallSink = DETACHED;
   private state: State = 'open';
   private headersSent = false;
   private paused = false;
@@ -98,26 +125,37 @@ export class LeanCall extends EventEmitter implements ProcessCall {
     private readonly stream: http2.ServerHttp2Stream,
     headers: http2.IncomingHttpHeaders,
     private readonly opts: LeanCallOptions,
+    /** Told once, when the call is over (the transport's set of open calls). */
+    private readonly onOver: (call: LeanCall) => void,
   ) {
-    super();
-    // Raw header values, as grpc-js's Metadata holds a text key (origin.ts reads one).
-    this.metadata = { get: (key) => headerValues(headers[key]) };
+    this.metadata = new HeaderMetadata(headers);
     this.encoding = typeof headers['grpc-encoding'] === 'string' ? headers['grpc-encoding'] : undefined;
     this.reader = new FrameReader(opts.receiveBytes);
-    // As on grpc-js's ServerDuplexStream: an 'error' emitted on the call ends it with that status.
-    this.on('error', (status: { code?: number; details?: string }) =>
-      this.finish(status.code ?? GrpcStatus.INTERNAL, status.details ?? ''),
-    );
     stream.on('data', (chunk: Buffer) => this.onData(chunk));
     stream.on('end', () => {
       this.halfClosed = true;
       this.maybeEnd();
     });
-    stream.on('drain', () => this.emit('drain'));
+    stream.on('drain', () => this.sink.drained());
     // Closed before our status went out: reset by Envoy, or its session went.
     stream.on('close', () => this.over(true));
     const timeout = headers['grpc-timeout'];
     if (typeof timeout === 'string') this.armDeadline(timeout);
+  }
+
+  attach(sink: CallSink): void {
+    this.sink = sink;
+  }
+
+  /**
+   * As on grpc-js's ServerDuplexStream: an 'error' emitted on the call ends it with that status,
+   * and its listeners (here the sink) hear it.
+   */
+  emit(_event: 'error', status: { code?: number; details?: string }): boolean {
+    const sink = this.sink;
+    this.finish(status.code ?? GrpcStatus.INTERNAL, status.details ?? '');
+    sink.failed(status);
+    return true;
   }
 
   // ---- ProcessCall ----
@@ -174,7 +212,7 @@ export class LeanCall extends EventEmitter implements ProcessCall {
   resume(): this {
     if (!this.paused) return this;
     this.paused = false;
-    while (!this.paused && this.state === 'open' && this.held.length > 0) this.emit('data', this.held.shift()!);
+    while (!this.paused && this.state === 'open' && this.held.length > 0) this.sink.message(this.held.shift()!);
     if (!this.paused) this.stream.resume();
     this.maybeEnd();
     return this;
@@ -218,7 +256,7 @@ export class LeanCall extends EventEmitter implements ProcessCall {
       return false;
     }
     if (this.paused || this.held.length > 0) this.held.push(msg);
-    else this.emit('data', msg);
+    else this.sink.message(msg);
     return this.state === 'open';
   }
 
@@ -226,7 +264,7 @@ export class LeanCall extends EventEmitter implements ProcessCall {
   private maybeEnd(): void {
     if (!this.halfClosed || this.endEmitted || this.held.length > 0 || this.state !== 'open') return;
     this.endEmitted = true;
-    this.emit('end');
+    this.sink.halfClosed();
   }
 
   private armDeadline(value: string): void {
@@ -281,8 +319,17 @@ export class LeanCall extends EventEmitter implements ProcessCall {
     this.state = 'over';
     this.clearDeadline();
     this.held = [];
-    if (cancelled) this.emit('cancelled');
-    this.emit('close');
+    const sink = this.sink;
+    // Node's native stream handle keeps the stream's JS objects until a full collection, so what
+    // they reach when the call ends survives every scavenge till then and is promoted to the old
+    // generation. The stream reaches this call through its listeners: the call lets go of the
+    // request's state (ProcessStream and all below it), its headers and a half-read message.
+    this.sink = DETACHED;
+    this.metadata.release();
+    this.reader.drop();
+    if (cancelled) sink.cancelled();
+    this.onOver(this);
+    sink.closed();
   }
 
   private clearDeadline(): void {
@@ -290,9 +337,4 @@ export class LeanCall extends EventEmitter implements ProcessCall {
     clearTimeout(this.deadline);
     this.deadline = null;
   }
-}
-
-function headerValues(v: string | string[] | undefined): readonly string[] {
-  if (v === undefined) return [];
-  return Array.isArray(v) ? v : [v];
 }

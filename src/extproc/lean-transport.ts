@@ -32,6 +32,9 @@ const ignore = (): void => undefined;
 
 export class LeanTransport {
   private readonly calls = new Set<LeanCall>();
+  private readonly forget = (call: LeanCall): void => {
+    this.calls.delete(call);
+  };
   private servers = 0;
 
   constructor(
@@ -87,9 +90,8 @@ export class LeanTransport {
       }
       return;
     }
-    const call = new LeanCall(stream, headers, this.callOptions);
+    const call = new LeanCall(stream, headers, this.callOptions, this.forget);
     this.calls.add(call);
-    call.once('close', () => this.calls.delete(call));
     try {
       this.serve(call);
     } catch {

@@ -16,22 +16,62 @@ export interface CallMetadata {
 }
 
 /**
- * What ProcessStream and Outbound use of one `Process` call. Both transports satisfy it as they
- * are: grpc-js's ServerDuplexStream, and lean-call.ts.
- * - 'data' per message, 'end' on Envoy's half-close, 'drain' after a `write` returned false;
- * - 'cancelled' (reset, session gone), 'close' (the call is over), 'error' (it failed);
- * - `emit('error', {code, details})` ends the call with that status, `end()` with OK.
+ * Where a call delivers what happens on it: each message, Envoy's half-close (after every message
+ * before it), 'drain' after a `write` returned false, a reset or lost session before our status went
+ * out (`cancelled`, then `closed`), and the end of the call (`closed`). ProcessStream is one.
  */
-export interface ProcessCall {
+export interface CallSink {
+  message(msg: ProcessingRequestIn): void;
+  halfClosed(): void;
+  drained(): void;
+  cancelled(): void;
+  closed(): void;
+  /** The call failed (grpc-js's 'error'; on the lean call, our own `emit('error')`). */
+  failed(err: unknown): void;
+}
+
+/** What ProcessStream and Outbound use of one `Process` call, whatever the transport. */
+interface CallBase {
   readonly metadata: CallMetadata;
   write(msg: ProcessingResponseOut): boolean;
   end(): void;
   pause(): unknown;
   resume(): unknown;
+  /** Ends the call with that status, after every message written before. */
   emit(event: 'error', status: { code: number; details: string }): boolean;
+}
+
+/** grpc-js's ServerDuplexStream: events 'data', 'end', 'drain', 'cancelled', 'close', 'error'. */
+export interface EventedCall extends CallBase {
   on(event: 'data', listener: (msg: ProcessingRequestIn) => void): unknown;
   on(event: 'end' | 'drain' | 'cancelled' | 'close', listener: () => void): unknown;
   on(event: 'error', listener: (err: Error) => void): unknown;
+}
+
+/**
+ * The lean call (lean-call.ts): it calls its one sink's methods directly. Why not events: an
+ * EventEmitter per call, six listener closures and an emit per message were a per-request cost on
+ * the hot path, for one listener each.
+ */
+export interface SinkCall extends CallBase {
+  attach(sink: CallSink): void;
+}
+
+/** Both transports satisfy it as they are: grpc-js's ServerDuplexStream, and lean-call.ts. */
+export type ProcessCall = EventedCall | SinkCall;
+
+/** Hands an evented call's events to `sink` (grpc-js's path: once per stream). */
+export function attachSink(call: ProcessCall, sink: CallSink): void {
+  if ('attach' in call) {
+    call.attach(sink);
+    return;
+  }
+  call.on('data', (msg: ProcessingRequestIn) => sink.message(msg));
+  call.on('end', () => sink.halfClosed());
+  call.on('drain', () => sink.drained());
+  call.on('cancelled', () => sink.cancelled());
+  call.on('close', () => sink.closed());
+  call.on('error', (err: Error) => sink.failed(err));
 }
 
 /**

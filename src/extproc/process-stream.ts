@@ -32,7 +32,7 @@ import { exceedsHeaderBudget } from './header-budget';
 import { decodeRequestHead } from './headers';
 import { streamOrigin } from './origin';
 import { IdleDeadline } from './idle-deadline';
-import { GRPC_DEADLINE_EXCEEDED, Outbound, type ProcessCall } from './outbound';
+import { attachSink, GRPC_DEADLINE_EXCEEDED, Outbound, type CallSink, type ProcessCall } from './outbound';
 import { RequestBody } from './request-body';
 import type { ProcessStreamOptions } from './stream-options';
 import {
@@ -75,7 +75,7 @@ const EMPTY = Buffer.alloc(0);
 /** The abort reason of a relay whose stream ended (a string: no DOMException and stack to build). */
 const STREAM_GONE = 'ext_proc stream ended';
 
-export class ProcessStream {
+export class ProcessStream implements CallSink {
   private modes: StreamModes | null = null;
   private phase: Phase = 'head';
   private reply: ReplyState = 'none';
@@ -102,21 +102,36 @@ export class ProcessStream {
     this.origin = streamOrigin(call);
     this.out = new Outbound(call, opts.log, (err) => this.fail(err));
     this.idle = new IdleDeadline(opts.streamIdleTimeoutMs ?? 0, () => this.onIdle());
-    call.on('data', (msg: ProcessingRequestIn) => this.onMessage(msg));
-    call.on('end', () => this.onHalfClose());
-    call.on('drain', () => this.out.onDrain());
-    call.on('cancelled', () => this.onClosed('cancelled'));
-    call.on('close', () => this.onClosed('closed'));
-    call.on('error', (err: Error) => {
-      if (this.opts.log.isLevelEnabled('debug')) this.opts.log.debug({ err }, 'ext_proc stream error');
-      this.onClosed('failed');
-    });
+    attachSink(call, this);
     this.watchIdle();
+  }
+
+  // ---- the call's events (CallSink) ----
+
+  halfClosed(): void {
+    this.onHalfClose();
+  }
+
+  drained(): void {
+    this.out.onDrain();
+  }
+
+  cancelled(): void {
+    this.onClosed('cancelled');
+  }
+
+  closed(): void {
+    this.onClosed('closed');
+  }
+
+  failed(err: unknown): void {
+    if (this.opts.log.isLevelEnabled('debug')) this.opts.log.debug({ err }, 'ext_proc stream error');
+    this.onClosed('failed');
   }
 
   // ---- incoming ----
 
-  private onMessage(req: ProcessingRequestIn): void {
+  message(req: ProcessingRequestIn): void {
     if (!this.out.isOpen()) return;
     try {
       this.modes ??= resolveModes(req.protocol_config, this.opts.fallbackBodyMode);
