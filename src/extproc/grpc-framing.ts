@@ -14,8 +14,10 @@ export interface Frame {
   readonly message: Buffer;
 }
 
+const EMPTY = Buffer.alloc(0);
+
 export class FrameReader {
-  private readonly head = Buffer.alloc(FRAME_HEADER_BYTES);
+  /** Header bytes of the current message read so far (the header may span chunks). */
   private headFill = 0;
   /** Bytes of the current message still to come; -1 while its header is being read. */
   private need = -1;
@@ -35,21 +37,26 @@ export class FrameReader {
     let at = 0;
     while (at < chunk.length) {
       if (this.need < 0) {
-        const take = Math.min(FRAME_HEADER_BYTES - this.headFill, chunk.length - at);
-        chunk.copy(this.head, this.headFill, at, at + take);
-        this.headFill += take;
-        at += take;
+        // Byte by byte, with no buffer of its own: a reader per stream, and a Buffer is a typed
+        // array with a backing store (the header almost never spans chunks).
+        while (this.headFill < FRAME_HEADER_BYTES && at < chunk.length) {
+          const b = chunk[at++]!;
+          if (this.headFill++ === 0) {
+            this.compressed = b !== 0;
+            this.length = 0;
+          } else {
+            this.length = this.length * 256 + b;
+          }
+        }
         if (this.headFill < FRAME_HEADER_BYTES) return undefined;
         this.headFill = 0;
-        this.compressed = this.head[0] !== 0;
-        this.length = this.head.readUInt32BE(1);
         if (this.length > this.maxMessageBytes) {
           return `Received message larger than max (${this.length} vs. ${this.maxMessageBytes})`;
         }
         this.need = this.length;
         if (this.need > 0) continue;
         this.need = -1;
-        if (!onFrame({ compressed: this.compressed, message: Buffer.alloc(0) })) return undefined;
+        if (!onFrame({ compressed: this.compressed, message: EMPTY })) return undefined;
         continue;
       }
       const take = Math.min(this.need, chunk.length - at);
