@@ -169,7 +169,7 @@ export class Tracing implements PipelineObserver {
         // Every side call of this step, and the request Envoy finally forwards, descend from it.
         ctx.stampHeader(TRACEPARENT, formatTraceparent(span.spanContext()));
         return {
-          ended: (error) => {
+          ended: (_ms, error) => {
             if (error !== undefined) {
               span.setStatus({ code: SpanStatusCode.ERROR, message: failureMessage(error) });
               pipelineFailed = true;

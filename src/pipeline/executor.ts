@@ -40,15 +40,17 @@ export async function runPipeline(
     const observed = observer.stepStarted(step.type, ctx);
     try {
       const outcome = await step.execute(ctx);
-      timings.push({ step: step.type, ms: performance.now() - started });
-      observed.ended();
+      const ms = performance.now() - started;
+      timings.push({ step: step.type, ms });
+      observed.ended(ms);
       if (trace) ctx.log.trace({ step: step.type }, 'step complete');
       if (outcome && 'respond' in outcome) {
         return { kind: 'responded', response: outcome.respond, cacheHit: outcome.cacheHit === true, step: step.type, timings };
       }
     } catch (error) {
-      timings.push({ step: step.type, ms: performance.now() - started });
-      observed.ended(error);
+      const ms = performance.now() - started;
+      timings.push({ step: step.type, ms });
+      observed.ended(ms, error);
       return { kind: 'failed', error, step: step.type, timings };
     }
   }

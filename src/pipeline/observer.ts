@@ -33,8 +33,11 @@ export interface RequestResult {
 
 /** One step run; `ended` is called exactly once. */
 export interface StepObservation {
-  /** `error` is what the step threw (undefined on success or a local answer). */
-  ended(error?: unknown): void;
+  /**
+   * `ms` is how long the step took (the executor's own measure: an observer need not time it);
+   * `error` is what the step threw (undefined on success or a local answer).
+   */
+  ended(ms: number, error?: unknown): void;
 }
 
 /** One inference request (an exchange on an inference path). */
@@ -93,8 +96,8 @@ export function combineObservers(observers: readonly PipelineObserver[]): Pipeli
         stepStarted: (step, ctx) => {
           const steps = reqs.map((r) => r.stepStarted(step, ctx));
           return {
-            ended: (error) => {
-              for (const s of steps) s.ended(error);
+            ended: (ms, error) => {
+              for (const s of steps) s.ended(ms, error);
             },
           };
         },

@@ -15,7 +15,7 @@ function recorder(): { observer: PipelineObserver; events: string[]; results: Re
         parsed: (ctx, bytes) => void events.push(`parsed:${ctx.model}:${bytes}`),
         stepStarted: (step) => {
           events.push(`step:${step}`);
-          return { ended: (err) => void events.push(`ended:${step}${err ? ':error' : ''}`) };
+          return { ended: (_ms, err) => void events.push(`ended:${step}${err ? ':error' : ''}`) };
         },
         finished: (r) => {
           events.push(`finished:${r.path}`);
@@ -80,7 +80,7 @@ describe('observer hooks', () => {
     both
       .requestStarted({ method: 'POST', path: '/p', headers: {} })
       .stepStarted('s', {} as never)
-      .ended();
+      .ended(1);
     expect(a.events).toEqual(['decided:route', 'start:POST /p', 'step:s', 'ended:s']);
     expect(b.events).toEqual(a.events);
   });
