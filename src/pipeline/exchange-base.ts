@@ -8,6 +8,7 @@ import type { Decision, Exchange, Metadata, RespondDecision } from './decision';
 import { PayloadTooLargeError, UpstreamError, classify, errorBody, type ErrorClass } from './errors';
 import { type StepTiming } from './executor';
 import { type PipelineObserver } from './observer';
+import { decimal } from './go-duration';
 import { sanitiseRequestId } from './request-id';
 import type { RequestLimits } from './request-limits';
 import { type HeaderPolicy } from './header-policy';
@@ -43,10 +44,21 @@ export function round(ms: number): number {
   return Math.round(ms * 100) / 100;
 }
 
+/** `String(round(ms))`, printed from integer hundredths (no double-to-string conversion). */
+function roundedText(ms: number): string {
+  const h = Math.round(ms * 100);
+  return decimal(Math.floor(h / 100), h % 100, 2);
+}
+
 export function timingMetadata(timings: readonly StepTiming[]): Metadata {
   const stepMs: Record<string, number> = {};
-  for (const t of timings) stepMs[t.step] = round((stepMs[t.step] ?? 0) + t.ms);
-  return { step_ms: stepMs, steps: timings.map((t) => `${t.step}:${round(t.ms)}`).join(',') };
+  let steps = '';
+  for (let i = 0; i < timings.length; i++) {
+    const t = timings[i]!;
+    stepMs[t.step] = round((stepMs[t.step] ?? 0) + t.ms);
+    steps += `${i === 0 ? '' : ','}${t.step}:${roundedText(t.ms)}`;
+  }
+  return { step_ms: stepMs, steps };
 }
 
 /** What every exchange shares: the request id, the abort signal, and how failures are answered. */

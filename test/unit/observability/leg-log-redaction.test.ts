@@ -1,6 +1,9 @@
 /** Leg-log redaction as upstream redacts (`pkg/coordinator/common/httplog/redact.go`), and Go duration strings for `pipeline step timings`. */
 import { redactBody, redactHeaders } from '../../../src/pipeline/redact';
+import fc from 'fast-check';
 import { goDuration } from '../../../src/pipeline/go-duration';
+import { timingMetadata } from '../../../src/pipeline/exchange-base';
+import { fuzzSeed } from '../../fuzz/support/settings';
 
 describe('redactHeaders', () => {
   it('credentials are [REDACTED] whatever their case; names lower-cased; long values cut', () => {
@@ -67,5 +70,44 @@ describe('goDuration', () => {
     [3_723_000, '1h2m3s'],
   ])('%p ms -> %s', (ms, want) => {
     expect(goDuration(ms)).toBe(want);
+  });
+});
+
+describe('goDuration in integer nanoseconds', () => {
+  /** The float formatting it replaced: `toFixed`, trailing zeros and a bare point dropped. */
+  const trimmed = (n: number, d: number): string => n.toFixed(d).replace(/\.?0+$/, '');
+  function reference(ms: number): string {
+    const ns = Math.round(ms * 1e6);
+    if (ns < 1_000) return `${ns}ns`;
+    if (ns < 1_000_000) return `${trimmed(ns / 1_000, 3)}µs`;
+    if (ns < 1_000_000_000) return `${trimmed(ns / 1_000_000, 6)}ms`;
+    return `${trimmed(ns / 1e9, 9)}s`;
+  }
+
+  it('prints what toFixed printed, below a minute, for any duration', () => {
+    fc.assert(
+      fc.property(fc.double({ min: 1e-7, max: 59_999, noNaN: true }), (ms) => {
+        expect(goDuration(ms)).toBe(reference(ms));
+      }),
+      { numRuns: 5000, seed: fuzzSeed() },
+    );
+  });
+
+  it('keeps the leading zeros of a fraction and drops its trailing ones', () => {
+    expect(goDuration(1.000001)).toBe('1.000001ms');
+    expect(goDuration(0.00105)).toBe('1.05µs');
+    expect(goDuration(61_000.5)).toBe('1m1.0005s');
+    expect(goDuration(3_600_000)).toBe('1h0m0s');
+  });
+
+  it('the access-log step list prints each step rounded to hundredths, as String(round(ms)) did', () => {
+    fc.assert(
+      fc.property(fc.array(fc.double({ min: 0, max: 1e7, noNaN: true }), { minLength: 1, maxLength: 6 }), (ms) => {
+        const timings = ms.map((v, i) => ({ step: `s${i}`, ms: v }));
+        const want = timings.map((t) => `${t.step}:${Math.round(t.ms * 100) / 100}`).join(',');
+        expect(timingMetadata(timings)['steps']).toBe(want);
+      }),
+      { numRuns: 2000, seed: fuzzSeed() },
+    );
   });
 });
