@@ -88,6 +88,10 @@ const DETACHED: CallSink = {
   failed: () => undefined,
 };
 
+/** The stream's slot for its call, until the call is over. */
+const CALL: unique symbol = Symbol('epd.lean-call');
+type CallStream = http2.ServerHttp2Stream & { [CALL]?: LeanCall | null };
+
 export class LeanCall implements SinkCall {
   readonly metadata: HeaderMetadata;
   private sink: CallSink = DETACHED;
@@ -106,7 +110,7 @@ export class LeanCall implements SinkCall {
   private corked = false;
   /** The response headers go out with the first flush, in the same write(2) as the messages. */
   private respondPending = false;
-  private readonly flush = (): void => {
+  private flush(): void {
     if (!this.corked) return;
     this.corked = false;
     try {
@@ -119,7 +123,37 @@ export class LeanCall implements SinkCall {
       // The stream is gone (its 'close' is on the way).
       this.over(true);
     }
-  };
+  }
+
+  /**
+   * The stream's listeners: the same four functions for every stream, which find the call in a
+   * slot on the stream (`this` is the stream). Why not a closure per listener: four objects per
+   * request, and closures keep the call reachable from the stream after it is over (see over()).
+   */
+  private static onStreamData(this: CallStream, chunk: Buffer): void {
+    this[CALL]?.onData(chunk);
+  }
+
+  private static onStreamEnd(this: CallStream): void {
+    const call = this[CALL];
+    if (!call) return;
+    call.halfClosed = true;
+    call.maybeEnd();
+  }
+
+  private static onStreamDrain(this: CallStream): void {
+    this[CALL]?.sink.drained();
+  }
+
+  /** Closed before our status went out: reset by Envoy, or its session went. */
+  private static onStreamClose(this: CallStream): void {
+    this[CALL]?.over(true);
+  }
+
+  /** The check-phase flush of a call's corked writes (setImmediate's argument: no closure per call). */
+  private static flushLater(call: LeanCall): void {
+    call.flush();
+  }
 
   constructor(
     private readonly stream: http2.ServerHttp2Stream,
@@ -131,14 +165,11 @@ export class LeanCall implements SinkCall {
     this.metadata = new HeaderMetadata(headers);
     this.encoding = typeof headers['grpc-encoding'] === 'string' ? headers['grpc-encoding'] : undefined;
     this.reader = new FrameReader(opts.receiveBytes);
-    stream.on('data', (chunk: Buffer) => this.onData(chunk));
-    stream.on('end', () => {
-      this.halfClosed = true;
-      this.maybeEnd();
-    });
-    stream.on('drain', () => this.sink.drained());
-    // Closed before our status went out: reset by Envoy, or its session went.
-    stream.on('close', () => this.over(true));
+    (stream as CallStream)[CALL] = this;
+    stream.on('data', LeanCall.onStreamData);
+    stream.on('end', LeanCall.onStreamEnd);
+    stream.on('drain', LeanCall.onStreamDrain);
+    stream.on('close', LeanCall.onStreamClose);
     const timeout = headers['grpc-timeout'];
     if (typeof timeout === 'string') this.armDeadline(timeout);
   }
@@ -186,7 +217,7 @@ export class LeanCall implements SinkCall {
       if (!this.corked) {
         this.corked = true;
         this.stream.cork();
-        setImmediate(this.flush);
+        setImmediate(LeanCall.flushLater, this);
       }
       return this.stream.write(frameMessage(bytes));
     } catch {
@@ -324,6 +355,7 @@ export class LeanCall implements SinkCall {
     // they reach when the call ends survives every scavenge till then and is promoted to the old
     // generation. The stream reaches this call through its listeners: the call lets go of the
     // request's state (ProcessStream and all below it), its headers and a half-read message.
+    (this.stream as CallStream)[CALL] = null;
     this.sink = DETACHED;
     this.metadata.release();
     this.reader.drop();
