@@ -353,8 +353,9 @@ export class LeanCall implements SinkCall {
     const sink = this.sink;
     // Node's native stream handle keeps the stream's JS objects until a full collection, so what
     // they reach when the call ends survives every scavenge till then and is promoted to the old
-    // generation. The stream reaches this call through its listeners: the call lets go of the
-    // request's state (ProcessStream and all below it), its headers and a half-read message.
+    // generation. The stream reaches the call only through its slot, emptied here; and the call
+    // lets go of the request's state (ProcessStream and all below it), its headers and a half-read
+    // message, for whatever still holds it (a queued flush, the transport until onOver).
     (this.stream as CallStream)[CALL] = null;
     this.sink = DETACHED;
     this.metadata.release();

@@ -60,7 +60,7 @@ export interface SinkCall extends CallBase {
 /** Both transports satisfy it as they are: grpc-js's ServerDuplexStream, and lean-call.ts. */
 export type ProcessCall = EventedCall | SinkCall;
 
-/** Hands an evented call's events to `sink` (grpc-js's path: once per stream). */
+/** Hands a call's events to `sink`: the lean call calls it directly, grpc-js's call through six listeners. */
 export function attachSink(call: ProcessCall, sink: CallSink): void {
   if ('attach' in call) {
     call.attach(sink);
