@@ -1,14 +1,6 @@
-/**
- * A duration in ms as Go's `time.Duration.String()` prints it (`850µs`, `1.234567ms`, `2.5s`,
- * `1m30s`), for log lines that match upstream's (`pipeline step timings`).
- *
- * In integer nanoseconds, as Go computes it: this runs for every step of every request, and
- * `toFixed` on a fraction costs twice as much as printing two integers (microbenchmark, six steps:
- * 434 -> 204 ns). Exact up to 2^53 ns (104 days).
- */
+/** Go's duration strings, and the fixed-point printing they share with the access log's step list. */
 
 const NS_PER_S = 1e9;
-
 const ZEROS = '000000000';
 
 /** `whole` and `frac` (of `width` digits, at most 9) as a decimal, trailing zeros and a bare point dropped. */
@@ -22,6 +14,13 @@ export function decimal(whole: number, frac: number, width: number): string {
   return `${whole}.${pad > 0 ? ZEROS.slice(0, pad) : ''}${end < digits.length ? digits.slice(0, end) : digits}`;
 }
 
+/**
+ * A duration in ms as Go's `time.Duration.String()` prints it (`850µs`, `1.234567ms`, `2.5s`,
+ * `1m30s`), for log lines that match upstream's (`pipeline step timings`). In integer nanoseconds,
+ * as Go computes it: this runs for every step of every request, and `toFixed` on a fraction cost
+ * twice as much as printing two integers (microbenchmark, six steps: 434 -> 204 ns). Exact up to
+ * 2^53 ns (104 days).
+ */
 export function goDuration(ms: number): string {
   if (!Number.isFinite(ms) || ms <= 0) return '0s';
   const ns = Math.round(ms * 1e6);
