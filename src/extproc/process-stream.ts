@@ -108,10 +108,6 @@ export class ProcessStream implements CallSink {
 
   // ---- the call's events (CallSink) ----
 
-  halfClosed(): void {
-    this.onHalfClose();
-  }
-
   drained(): void {
     this.out.onDrain();
   }
@@ -304,7 +300,8 @@ export class ProcessStream implements CallSink {
     return this.exchange !== null && (this.phase === 'collecting' || this.phase === 'deciding');
   }
 
-  private onHalfClose(): void {
+  /** Envoy half-closed the call (CallSink), after every message it sent before. */
+  halfClosed(): void {
     if (this.out.callState === 'closed') return;
     if (this.reply === 'relaying') {
       // Envoy stops listening mid-reply only when the client went away: stop the side call now,
@@ -422,7 +419,7 @@ export class ProcessStream implements CallSink {
         // reset the client's stream, as upstream aborts the connection.
         this.endWithError('streamed response source failed');
         break;
-      case 'relay_gone': // onClosed / onHalfClose already aborted the exchange
+      case 'relay_gone': // onClosed / halfClosed already aborted the exchange
       case 'sent':
         break;
     }
