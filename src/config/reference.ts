@@ -73,7 +73,7 @@ export const STEPS: readonly StepSpec[] = [
     params: [
       { name: 'address', type: 'string (URL)', default: '""', doc: 'Base URL of the render service. Needed for chat and string prompts; an empty address fails those requests with 502.' },
       { name: 'timeout', type: 'duration', default: '30s', doc: 'Total time per render call.' },
-      { name: 'max_idle_conns_per_host', type: 'int >= 0', default: '100', doc: 'Idle keep-alive connections kept to the render service.' },
+      { name: 'max_idle_conns_per_host', type: 'int >= 0', default: '100', doc: "Most idle keep-alive connections kept to the render service (more are closed as their calls end; those in use are not capped). `0` = Go's default, 2." },
       { name: 'idle_conn_timeout', type: 'duration', default: '90s', doc: 'How long an idle render connection is kept.' },
       { name: 'max_total_tokens', type: 'int >= 0', default: '0', doc: 'Most prompt tokens (0 = no limit); more is a 400.' },
       { name: 'max_total_placeholder_tokens', type: 'int >= 0', default: '0', doc: 'Most multimodal placeholder tokens in a chat request (0 = no limit); more is a 400.' },

@@ -50,7 +50,7 @@ export const KEYS: readonly KeySpec[] = [
   { key: 'server.write_timeout', type: 'duration', default: '120s', inert: true, doc: 'Upstream HTTP listener setting; accepted, no effect (Envoy owns client connections).' },
   { key: 'gateway.address', type: 'string', default: undefined, doc: 'Base URL of the Inference Gateway listener that side calls re-enter (e.g. `http://127.0.0.1:8081`). Required when a gateway-facing step is configured.' },
   { key: 'gateway.timeout', type: 'duration', default: '60s', doc: 'Response-header timeout of every gateway side call.' },
-  { key: 'gateway.max_idle_conns_per_host', type: 'int', default: 100, min: 0, doc: 'Idle keep-alive connections kept to the gateway.' },
+  { key: 'gateway.max_idle_conns_per_host', type: 'int', default: 100, min: 0, doc: 'Most idle keep-alive connections kept to the gateway: one that finishes a call while this many are idle is closed at once, as Go\'s `MaxIdleConnsPerHost` does. Connections in use are not capped. `0` = Go\'s default, 2.' },
   { key: 'gateway.idle_conn_timeout', type: 'duration', default: '90s', doc: 'How long an idle gateway connection is kept.' },
   { key: 'pipeline.kv_connector', type: 'string', default: undefined, doc: 'KV connector injected into every step: kv-shared-storage (default), kv-nixl, kv-sglang.' },
   { key: 'pipeline.ec_connector', type: 'string', default: undefined, doc: 'EC connector injected into every step: ec-shared-storage (default), ec-nixl.' },

@@ -1,9 +1,9 @@
 import type { Logger } from 'pino';
 import { redactBody, redactHeaders } from '../pipeline/redact';
-import { Pool } from 'undici';
 import type { Dispatcher } from 'undici';
 import { deadline } from '../pipeline/deadline';
 import { readCapped } from './read-capped';
+import { IdleBoundedPool } from './idle-bounded-pool';
 import { collect, CollectAborted, findHeader, type Collected } from './collect';
 import { mayBeNoEndpointAnswer, noEndpointReason, type NoEndpointReason } from './no-endpoint';
 import { CancelledError, TransportError, UPSTREAM_ERROR_BODY_CAP } from '../pipeline/errors';
@@ -50,7 +50,7 @@ function outcomeOf(err: unknown): SideCallOutcome {
 }
 
 export interface PoolOptions {
-  /** Most idle keep-alive connections kept to the origin. */
+  /** Most idle keep-alive connections kept to the origin; 0 means Go's default, 2. */
   readonly maxIdleConns: number;
   /** How long an idle connection is kept, ms. */
   readonly idleTimeoutMs: number;
@@ -103,12 +103,12 @@ async function* oneChunk(chunk: Buffer): AsyncIterable<Buffer> {
 }
 
 /**
- * Pooled keep-alive client. One undici Pool per base URL; calls are abortable and bounded, and
+ * Pooled keep-alive client. One {@link IdleBoundedPool} per base URL; calls are abortable and bounded, and
  * every failure surfaces as a typed error ({@link TransportError} or {@link CancelledError}).
  */
 export class PooledSideCallClient implements SideCallClient {
   readonly baseUrl: string;
-  private readonly pool: Pool;
+  private readonly pool: IdleBoundedPool;
   private readonly basePath: string;
   private readonly observer: SideCallObserver | undefined;
 
@@ -117,14 +117,10 @@ export class PooledSideCallClient implements SideCallClient {
     const url = new URL(baseUrl);
     this.baseUrl = baseUrl.replace(/\/+$/, '');
     this.basePath = url.pathname.replace(/\/+$/, '');
-    this.pool = new Pool(url.origin, {
-      // No cap on concurrent connections (an encode fan-out opens several); idle ones close after
-      // idleTimeoutMs. undici has no separate idle-pool size, so maxIdleConns is advisory here.
-      connections: null,
-      keepAliveTimeout: opts.idleTimeoutMs,
-      keepAliveMaxTimeout: Math.max(opts.idleTimeoutMs, 1000),
-      connectTimeout: opts.connectTimeoutMs ?? 30_000,
-      pipelining: 1,
+    this.pool = new IdleBoundedPool(url.origin, {
+      maxIdle: opts.maxIdleConns,
+      idleTimeoutMs: opts.idleTimeoutMs,
+      connectTimeoutMs: opts.connectTimeoutMs ?? 30_000,
     });
   }
 

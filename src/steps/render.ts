@@ -37,9 +37,6 @@ export const RENDER_STEP = 'render';
 export type ResponsesVia = 'chat' | 'native' | 'auto';
 export const RESPONSES_VIA: readonly ResponsesVia[] = ['auto', 'chat', 'native'];
 
-/** Go's http.Transport keeps this many idle connections per host when the setting is 0. */
-const GO_DEFAULT_MAX_IDLE_CONNS_PER_HOST = 2;
-
 export interface RenderConfig {
   readonly address: string;
   readonly timeoutMs: number;
@@ -244,7 +241,8 @@ export const createRenderStep: StepFactory = (params: StepParams, deps: StepDeps
   }
   try {
     const client = deps.clientFor(cfg.address, {
-      maxIdleConns: cfg.maxIdleConnsPerHost === 0 ? GO_DEFAULT_MAX_IDLE_CONNS_PER_HOST : cfg.maxIdleConnsPerHost,
+      // 0 is Go's default (2), which the side-call pool applies.
+      maxIdleConns: cfg.maxIdleConnsPerHost,
       idleTimeoutMs: cfg.idleConnTimeoutMs,
     });
     return new RenderStep(cfg, client, '');

@@ -483,13 +483,13 @@ describe('render: params', () => {
     ]);
   });
 
-  it('passes max_idle_conns_per_host and idle_conn_timeout to the pool (0 idle = Go default 2)', () => {
+  it("passes max_idle_conns_per_host and idle_conn_timeout to the pool as given (the pool reads 0 as Go's default, 2)", () => {
     const before = up.td.clientForCalls.length;
     createRenderStep({ address: renderService.url, max_idle_conns_per_host: 7, idle_conn_timeout: '5s' }, up.td.deps);
     createRenderStep({ address: renderService.url, max_idle_conns_per_host: 0 }, up.td.deps);
     expect(up.td.clientForCalls.slice(before).map((c) => c.opts)).toEqual([
       { maxIdleConns: 7, idleTimeoutMs: 5000 },
-      { maxIdleConns: 2, idleTimeoutMs: 90_000 },
+      { maxIdleConns: 0, idleTimeoutMs: 90_000 },
     ]);
   });
 
