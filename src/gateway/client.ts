@@ -103,8 +103,9 @@ async function* oneChunk(chunk: Buffer): AsyncIterable<Buffer> {
 }
 
 /**
- * Pooled keep-alive client. One {@link IdleBoundedPool} per base URL; calls are abortable and bounded, and
- * every failure surfaces as a typed error ({@link TransportError} or {@link CancelledError}).
+ * Pooled keep-alive client. One {@link IdleBoundedPool} per base URL; calls are abortable and
+ * bounded, and every failure surfaces as a typed error ({@link TransportError} or
+ * {@link CancelledError}).
  */
 export class PooledSideCallClient implements SideCallClient {
   readonly baseUrl: string;

@@ -58,7 +58,10 @@ export class IdleBoundedPool extends Dispatcher {
 
   override dispatch(opts: Dispatcher.DispatchOptions, handler: Dispatcher.DispatchHandler): boolean {
     if (this.closing) {
-      handler.onError?.(new errors.ClientClosedError());
+      // As undici's dispatchers answer a call after close: through the handler when it can hear it.
+      const err = new errors.ClientClosedError();
+      if (typeof handler.onError !== 'function') throw err;
+      handler.onError(err);
       return false;
     }
     const client = this.idle.pop() ?? this.open();
@@ -75,6 +78,7 @@ export class IdleBoundedPool extends Dispatcher {
     return client;
   }
 
+  /** A client is done with its call (its 'drain'): kept idle, or closed when the idle list is full. */
   takeBack(client: Owned): void {
     if (!this.closing && this.idle.length < this.maxIdle) {
       this.idle.push(client);
@@ -84,7 +88,6 @@ export class IdleBoundedPool extends Dispatcher {
     client.close().catch(ignore);
   }
 
-  /** Closes the idle connections now and every other one when its call ends. */
   /** A client whose connection failed: dropped, even if its 'drain' already brought it back. */
   forget(client: Owned): void {
     client[OWNER] = undefined;
@@ -92,12 +95,14 @@ export class IdleBoundedPool extends Dispatcher {
     if (i >= 0) this.idle.splice(i, 1);
   }
 
+  /** Closes the idle connections now and every other one when its call ends. */
   override async close(): Promise<void> {
     this.closing = true;
     const idle = this.idle.splice(0);
     await Promise.all(idle.map((c) => c.close().catch(ignore)));
   }
 
+  /** Destroys the idle connections now; one in use is closed when its call ends. */
   override async destroy(): Promise<void> {
     this.closing = true;
     const idle = this.idle.splice(0);
