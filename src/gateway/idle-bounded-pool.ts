@@ -65,10 +65,11 @@ export class IdleBoundedPool extends Dispatcher {
       return false;
     }
     const client = this.idle.pop() ?? this.open();
-    if (client.dispatch(opts, handler)) return true;
-    // Refused before it was queued (invalid options): no 'drain' will come, so it is free now.
-    if (client.stats.size === 0) this.takeBack(client);
-    return false;
+    const free = client.dispatch(opts, handler);
+    // A queued call keeps the client until its 'drain'. Still free, or refused before it was queued
+    // (invalid options), no 'drain' will come: it is idle again now.
+    if (free || client.stats.size === 0) this.takeBack(client);
+    return free;
   }
 
   private open(): Owned {
@@ -97,16 +98,17 @@ export class IdleBoundedPool extends Dispatcher {
 
   /** Closes the idle connections now and every other one when its call ends. */
   override async close(): Promise<void> {
-    this.closing = true;
-    const idle = this.idle.splice(0);
-    await Promise.all(idle.map((c) => c.close().catch(ignore)));
+    await this.shut((c) => c.close());
   }
 
   /** Destroys the idle connections now; one in use is closed when its call ends. */
   override async destroy(): Promise<void> {
+    await this.shut((c) => c.destroy());
+  }
+
+  private async shut(end: (client: Client) => Promise<void>): Promise<void> {
     this.closing = true;
-    const idle = this.idle.splice(0);
-    await Promise.all(idle.map((c) => c.destroy().catch(ignore)));
+    await Promise.all(this.idle.splice(0).map((c) => end(c).catch(ignore)));
   }
 }
 
