@@ -106,7 +106,7 @@ export class LeanCall implements SinkCall {
   private readonly encoding: string | undefined;
   private deadline: NodeJS.Timeout | null = null;
   private readonly onFrame = (frame: Frame): boolean => this.take(frame);
-  /** Writes of this turn of the event loop are held until {@link flush}, at the loop's check phase. */
+  /** Writes are held until {@link flush}, once the microtasks running now are done. */
   private corked = false;
   /** The response headers go out with the first flush, in the same write(2) as the messages. */
   private respondPending = false;
@@ -150,7 +150,7 @@ export class LeanCall implements SinkCall {
     this[CALL]?.over(true);
   }
 
-  /** The check-phase flush of a call's corked writes (setImmediate's argument: no closure per call). */
+  /** The deferred flush of a call's corked writes (process.nextTick's argument: no closure per call). */
   private static flushLater(call: LeanCall): void {
     call.flush();
   }
@@ -206,10 +206,14 @@ export class LeanCall implements SinkCall {
       return true;
     }
     try {
-      // Node's http2 stream sends every write at once, each its own write(2) and its own wake-up of
-      // Envoy: the headers reply and the body reply that follows it in the same turn (deliver.ts)
-      // took two. Held until the turn's microtasks are done, they leave as one, with the response
-      // headers, which wait too (nothing may be written before them: flush responds, then uncorks).
+      // Node's http2 stream makes every write its own DATA frame and its own write(2), each a
+      // wake-up of Envoy: the headers reply and the body reply that follows it (deliver.ts, an
+      // await apart) took two. Held until the microtasks running now are done (a nextTick queued
+      // from a microtask runs once the whole queue has drained), they leave as one, with the
+      // response headers, which wait too (nothing may be written before them: flush responds,
+      // then uncorks). Why not setImmediate, as before: the session sends what was written from a
+      // native immediate, which runs before the JavaScript ones; a flush in the check phase left
+      // the answer for the next turn of the event loop, behind that turn's log batch too.
       if (!this.headersSent) {
         this.headersSent = true;
         this.respondPending = true;
@@ -217,7 +221,7 @@ export class LeanCall implements SinkCall {
       if (!this.corked) {
         this.corked = true;
         this.stream.cork();
-        setImmediate(LeanCall.flushLater, this);
+        process.nextTick(LeanCall.flushLater, this);
       }
       return this.stream.write(frameMessage(bytes));
     } catch {
