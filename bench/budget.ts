@@ -33,6 +33,13 @@ const INTS = {
   rounds: { flag: 'rounds', default: 3, min: 1, max: 50 },
   requests: { flag: 'requests', default: 2000, min: 10, max: 1_000_000, note: 'per layer, setup and round' },
   concurrency: { flag: 'concurrency', default: 8, min: 1, max: 256 },
+  warmup: {
+    flag: 'warmup',
+    default: 10_000,
+    min: 0,
+    max: 1_000_000,
+    note: 'per layer and setup, before the rounds: V8 goes on optimising a hot path for about 10,000 requests (README, compare)',
+  },
   gracefulClose: {
     flag: 'graceful-close',
     default: 1,
@@ -167,7 +174,7 @@ async function main(): Promise<void> {
         : {}),
     };
     const names = Object.keys(blocks);
-    for (const name of names) await blocks[name]!(Math.ceil(args.requests / 2)); // warm-up (JIT, pools)
+    for (const name of names) if (args.warmup > 0) await blocks[name]!(args.warmup); // JIT, pools
     say(`warmed up: ${names.join(', ')}; keep-alive server pid ${keepalive.pid}`);
     const measured: Record<string, Measured> = Object.fromEntries(names.map((n) => [n, { ms: [] }]));
     for (let r = 0; r < args.rounds; r++) {
@@ -199,6 +206,7 @@ async function main(): Promise<void> {
       setup: {
         rounds: args.rounds,
         requests: args.requests,
+        warmup: args.warmup,
         concurrency: c,
         graceful_close: args.gracefulClose === 1,
         request: `chat, ${body.length}-byte body`,
