@@ -155,7 +155,7 @@ export class CoordinatorMetrics implements PipelineObserver {
         series.size.observe(bodyBytes);
       },
       stepStarted: (step) => this.stepStarted(step),
-      finished: (result) => this.requestFinished(series, result, start.path, (performance.now() - began) / 1000),
+      finished: (result) => this.requestFinished(series, result, start.path, (result.endedAt - began) / 1000),
     };
   }
 

@@ -29,6 +29,11 @@ export interface RequestResult {
   /** Body parse time and the sum of step durations, ms: the rest of the request is orchestration. */
   readonly parseMs: number;
   readonly stepMs: number;
+  /**
+   * When the request ended (`performance.now()`), the end of its duration: an observer may be told
+   * a little later, once the answer has left (pipeline-exchange.ts, afterAnswer).
+   */
+  readonly endedAt: number;
 }
 
 /** One step run; `ended` is called exactly once. */

@@ -48,6 +48,8 @@ export class PipelineExchange extends BaseExchange {
   private ctx: RequestContext | undefined;
   private timings: readonly StepTiming[] = [];
   private parseMs = 0;
+  /** The steps ran (whatever their outcome): upstream logs their timings then. */
+  private ranSteps = false;
 
   constructor(
     opts: HandlerOptions,
@@ -95,9 +97,19 @@ export class PipelineExchange extends BaseExchange {
     } finally {
       this.finish('decided');
     }
-    const path = decision.metadata['path_taken'] as DecisionPath;
-    this.observe(path, decision.kind === 'respond' ? decision.status : undefined, path === 'error' ? this.failedWith : undefined);
+    // The answer goes first: the transport hands it to the socket before the check phase's
+    // JavaScript immediates (lean-call.ts). The step-timings line and the metrics, about 40 µs at
+    // concurrency 1 in a CPU profile, are no longer between the last side call's answer and the
+    // client's first byte. Over the network nothing changes: they are done before the next poll.
+    setImmediate(PipelineExchange.afterAnswer, this, decision, performance.now());
     return decision;
+  }
+
+  /** Upstream's step-timings line and the request's observation, once the answer has left. */
+  private static afterAnswer(this: void, x: PipelineExchange, decision: Decision, endedAt: number): void {
+    if (x.ranSteps && x.log.isLevelEnabled('info')) x.log.info(stepTimings(x.parseMs, x.timings), 'pipeline step timings');
+    const path = decision.metadata['path_taken'] as DecisionPath;
+    x.observe(path, decision.kind === 'respond' ? decision.status : undefined, path === 'error' ? x.failedWith : undefined, endedAt);
   }
 
   /** The first reason wins, as with `AbortController.abort`. */
@@ -115,7 +127,12 @@ export class PipelineExchange extends BaseExchange {
     return this.done.signal;
   };
 
-  private observe(path: DecisionPath, status: number | undefined, failed: { errorClass: ErrorClass; step: string } | undefined): void {
+  private observe(
+    path: DecisionPath,
+    status: number | undefined,
+    failed: { errorClass: ErrorClass; step: string } | undefined,
+    endedAt = performance.now(),
+  ): void {
     if (this.observed) return;
     this.observed = true;
     let stepMs = 0;
@@ -130,6 +147,7 @@ export class PipelineExchange extends BaseExchange {
       disaggregation: this.ctx?.disaggregation ?? null,
       parseMs: this.parseMs,
       stepMs,
+      endedAt,
     });
   }
 
@@ -192,7 +210,7 @@ export class PipelineExchange extends BaseExchange {
     }
     const outcome = await runPipeline(this.opts.steps, ctx, this.observation);
     this.timings = outcome.timings;
-    if (this.log.isLevelEnabled('info')) this.log.info(stepTimings(parseMs, outcome.timings), 'pipeline step timings');
+    this.ranSteps = true;
     const facts: Metadata = {
       parse_ms: round(parseMs),
       token_count: ctx.tokenIds?.length ?? 0,

@@ -10,6 +10,7 @@ import { MediaUnavailableError, TransportError, UpstreamError, UpstreamInvalidEr
 import { PipelineHandler } from '../../../src/pipeline/handler';
 import type { Step } from '../../../src/pipeline/step';
 import { silentLogger } from '../../../src/observability/logger';
+import { answerLeft } from '../../support/after-answer';
 import {
   CoordinatorMetrics,
   LATENCY_BUCKETS,
@@ -71,6 +72,7 @@ async function send(h: PipelineHandler, body: unknown, path = '/v1/chat/completi
   const ex = h.begin({ method: 'POST', path, headers: {} });
   if (!ex) throw new Error('expected an exchange');
   await ex.complete(Buffer.from(typeof body === 'string' ? body : JSON.stringify(body)));
+  await answerLeft();
 }
 
 describe('metric families', () => {

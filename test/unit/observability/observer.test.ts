@@ -3,6 +3,7 @@ import { PipelineHandler } from '../../../src/pipeline/handler';
 import { combineObservers, NOOP_PIPELINE_OBSERVER, type PipelineObserver, type RequestResult } from '../../../src/pipeline/observer';
 import type { Step } from '../../../src/pipeline/step';
 import { silentLogger } from '../../../src/observability/logger';
+import { answerLeft } from '../../support/after-answer';
 
 function recorder(): { observer: PipelineObserver; events: string[]; results: RequestResult[] } {
   const events: string[] = [];
@@ -37,7 +38,12 @@ describe('observer hooks', () => {
     const h = new PipelineHandler({ steps: [render, step('prefill'), decode], maxBodyBytes: 1024, log: silentLogger(), observer });
     const ex = h.begin({ method: 'POST', path: '/v1/completions?x=1', headers: {} })!;
     await ex.complete(Buffer.from('{"model":"m","prompt":"hi"}'));
+    const answered = performance.now();
+    // The answer leaves first: the request is reported one immediate later, and a late cancel
+    // neither reports it twice nor changes how it ended.
+    expect(events).not.toContain('finished:cascade');
     ex.abort('late cancel');
+    await answerLeft();
     expect(events).toEqual([
       'start:POST /v1/completions',
       'parsed:m:27',
@@ -55,6 +61,8 @@ describe('observer hooks', () => {
       stepsStarted: ['render', 'prefill', 'decode'],
       errorClass: undefined,
     });
+    // Its duration ends when the answer was decided, not when the observer was told.
+    expect(results[0]!.endedAt).toBeLessThanOrEqual(answered);
   });
 
   test('a failing step reports the error on its step and on the request, once', async () => {
@@ -66,6 +74,7 @@ describe('observer hooks', () => {
       observer,
     });
     await h.begin({ method: 'POST', path: '/v1/completions', headers: {} })!.complete(Buffer.from('{"prompt":"hi"}'));
+    await answerLeft();
     expect(events.slice(-2)).toEqual(['ended:prefill:error', 'finished:error']);
     expect(results).toHaveLength(1);
     expect(results[0]).toMatchObject({ path: 'error', status: 502, errorClass: 'internal', errorStep: 'prefill', inputTokens: null });

@@ -12,6 +12,7 @@ import { PipelineHandler } from '../../../src/pipeline/handler';
 import type { PipelineObserver } from '../../../src/pipeline/observer';
 import type { Step } from '../../../src/pipeline/step';
 import { silentLogger } from '../../../src/observability/logger';
+import { answerLeft } from '../../support/after-answer';
 import { formatTraceparent, parseTraceparent, Tracing } from '../../../src/observability/tracing';
 import { FakeUpstream } from '../steps/fake-upstream';
 
@@ -58,7 +59,9 @@ function setup(observer?: PipelineObserver, clientObserver?: Tracing['sideCalls'
 
 async function send(handler: PipelineHandler, headers: Record<string, string>) {
   const ex = handler.begin({ method: 'POST', path: '/v1/completions', headers })!;
-  return ex.complete(Buffer.from(JSON.stringify({ model: 'm', prompt: 'hi' })));
+  const decision = await ex.complete(Buffer.from(JSON.stringify({ model: 'm', prompt: 'hi' })));
+  await answerLeft();
+  return decision;
 }
 
 describe('traceparent parsing', () => {
@@ -166,6 +169,7 @@ describe('tracing on', () => {
     const { client, handler } = setup(tracing, tracing.sideCalls);
     const ex = handler.begin({ method: 'POST', path: '/v1/completions', headers: { traceparent: TRACEPARENT } })!;
     await ex.complete(Buffer.from('{'));
+    await answerLeft();
     await client.close();
     const spans = exporter.getFinishedSpans();
     expect(spans.map((s) => s.name)).toEqual(['POST /v1/completions']);
