@@ -98,6 +98,9 @@ describe('kv-sglang with the prefill-decode step, through Envoy', () => {
     const res = await client.post('/v1/chat/completions', chat);
     expect(res.status).toBe(200);
     expect(stack.decode.requests).toHaveLength(1);
+    // The two legs leave together and race: the decode answer may reach the client before the
+    // prefill reaches its worker, so wait for it (and keep it out of the next test).
+    await stack.prefill[0]!.waitForRequests(1);
     expect(stack.prefill[0]!.requests).toHaveLength(1);
   });
 
