@@ -46,10 +46,9 @@ export class PipelineExchange extends BaseExchange {
   private answering = false;
   private observed = false;
   private ctx: RequestContext | undefined;
-  private timings: readonly StepTiming[] = [];
+  /** Set once the steps ran (whatever their outcome): upstream logs their timings then. */
+  private timings: readonly StepTiming[] | undefined;
   private parseMs = 0;
-  /** The steps ran (whatever their outcome): upstream logs their timings then. */
-  private ranSteps = false;
 
   constructor(
     opts: HandlerOptions,
@@ -107,7 +106,7 @@ export class PipelineExchange extends BaseExchange {
 
   /** Upstream's step-timings line and the request's observation, once the answer has left. */
   private static afterAnswer(this: void, x: PipelineExchange, decision: Decision, endedAt: number): void {
-    if (x.ranSteps && x.log.isLevelEnabled('info')) x.log.info(stepTimings(x.parseMs, x.timings), 'pipeline step timings');
+    if (x.timings && x.log.isLevelEnabled('info')) x.log.info(stepTimings(x.parseMs, x.timings), 'pipeline step timings');
     const path = decision.metadata['path_taken'] as DecisionPath;
     x.observe(path, decision.kind === 'respond' ? decision.status : undefined, path === 'error' ? x.failedWith : undefined, endedAt);
   }
@@ -135,15 +134,16 @@ export class PipelineExchange extends BaseExchange {
   ): void {
     if (this.observed) return;
     this.observed = true;
+    const timings = this.timings ?? [];
     let stepMs = 0;
-    for (const t of this.timings) stepMs += t.ms;
+    for (const t of timings) stepMs += t.ms;
     this.observation.finished({
       path,
       status,
       errorClass: failed?.errorClass,
       errorStep: failed?.step,
       inputTokens: this.ctx?.tokenIds ? this.ctx.tokenIds.length : null,
-      stepsStarted: this.timings.map((t) => t.step),
+      stepsStarted: timings.map((t) => t.step),
       disaggregation: this.ctx?.disaggregation ?? null,
       parseMs: this.parseMs,
       stepMs,
@@ -210,7 +210,6 @@ export class PipelineExchange extends BaseExchange {
     }
     const outcome = await runPipeline(this.opts.steps, ctx, this.observation);
     this.timings = outcome.timings;
-    this.ranSteps = true;
     const facts: Metadata = {
       parse_ms: round(parseMs),
       token_count: ctx.tokenIds?.length ?? 0,
