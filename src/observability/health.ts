@@ -5,7 +5,7 @@
  *   Redis outage does not get the pod restarted.
  * - service `envoy.service.ext_proc.v3.ExternalProcessor` (readiness, and what an Envoy Gateway
  *   active health check names): SERVING while every readiness check passes, polled every few
- *   seconds.
+ *   seconds (not at all when there is none).
  * - `epd.coordinator.dependency.<name>` per non-gating dependency (the async broker's Redis): its own
  *   status, without taking the service out. The async broker fails open for passthrough traffic, so
  *   a Redis outage must not empty the endpoint set; operators watch (and alert on) this service.
@@ -86,7 +86,9 @@ export class HealthService {
   async start(): Promise<void> {
     this.set(LIVENESS_SERVICE_NAME, 'SERVING');
     await this.poll();
-    if (this.draining) return;
+    // Nothing can change readiness but the drain: no timer, so an idle service is not woken every
+    // few seconds to find that out (the default pipeline has no gating check and no dependency).
+    if (this.draining || (this.opts.checks.length === 0 && !this.opts.dependencies?.length)) return;
     this.timer = setInterval(() => void this.poll(), this.intervalMs);
     this.timer.unref();
   }

@@ -13,7 +13,30 @@ describe('HealthService', () => {
     }
   });
 
-  test('no checks: ready at start; drain is final and stops polling', async () => {
+  test('nothing to check: ready at start, no timer wakes the process to re-check, and drain still ends it', async () => {
+    jest.useFakeTimers();
+    try {
+      const idle = new HealthService({ checks: [], dependencies: [], intervalMs: 10, log: silentLogger() });
+      await idle.start();
+      expect(idle.status(EXT_PROC_SERVICE_NAME)).toBe('SERVING');
+      expect(jest.getTimerCount()).toBe(0);
+      idle.drain();
+      expect(idle.status('')).toBe('NOT_SERVING');
+      expect(idle.status(EXT_PROC_SERVICE_NAME)).toBe('NOT_SERVING');
+      // A gating check or a dependency is polled.
+      for (const opts of [{ checks: [async () => true] }, { checks: [], dependencies: [{ name: 'redis', check: async () => true }] }]) {
+        const h = new HealthService({ ...opts, intervalMs: 10, log: silentLogger() });
+        await h.start();
+        expect(jest.getTimerCount()).toBe(1);
+        h.stopPolling();
+        expect(jest.getTimerCount()).toBe(0);
+      }
+    } finally {
+      jest.useRealTimers();
+    }
+  });
+
+  test('a check: ready at start; drain is final and stops polling', async () => {
     let calls = 0;
     const h = new HealthService({ checks: [async () => (calls++, true)], intervalMs: 10, log: silentLogger() });
     await h.start();
