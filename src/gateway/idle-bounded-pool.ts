@@ -1,4 +1,5 @@
-import { buildConnector, Client, Dispatcher, errors } from 'undici';
+import type { Client, Dispatcher } from 'undici';
+import { buildConnector, errors, UndiciClient, UndiciDispatcher } from './undici-core';
 
 /** Go's `http.DefaultMaxIdleConnsPerHost`: what `max_idle_conns_per_host: 0` means upstream. */
 export const GO_DEFAULT_MAX_IDLE_CONNS_PER_HOST = 2;
@@ -30,7 +31,7 @@ type Owned = Client & { [OWNER]?: IdleBoundedPool };
  * Each connection is an undici `Client` with pipelining 1: it is in use from `dispatch` until it
  * emits 'drain' (done with its request, however that ended), as undici's own pools track it.
  */
-export class IdleBoundedPool extends Dispatcher {
+export class IdleBoundedPool extends UndiciDispatcher {
   private readonly idle: Owned[] = [];
   private readonly clientOptions: Client.Options;
   private readonly maxIdle: number;
@@ -73,7 +74,7 @@ export class IdleBoundedPool extends Dispatcher {
   }
 
   private open(): Owned {
-    const client: Owned = new Client(this.origin, this.clientOptions);
+    const client: Owned = new UndiciClient(this.origin, this.clientOptions);
     client[OWNER] = this;
     client.on('drain', onDrain).on('connectionError', onConnectionError);
     return client;

@@ -12,7 +12,7 @@ import { isIP } from 'node:net';
 import { pipeline } from 'node:stream';
 import type { Readable } from 'node:stream';
 import { createGunzip } from 'node:zlib';
-import { Client } from 'undici';
+import { UndiciClient, undiciRequest } from '../../gateway/undici-core';
 import type { Logger } from 'pino';
 import { discard, readCapped } from '../../gateway/read-capped';
 import { deadline } from '../../pipeline/deadline';
@@ -185,7 +185,7 @@ export class MediaDownloader {
     // The socket is handed to undici below; until then an error must not be an uncaught event.
     socket.on('error', () => undefined);
     let handedOver = false;
-    const client = new Client(url.origin, {
+    const client = new UndiciClient(url.origin, {
       connect: (_opts, cb) => {
         if (handedOver) {
           // A second connection would bypass the guard: this client has exactly one socket.
@@ -201,7 +201,7 @@ export class MediaDownloader {
       bodyTimeout: this.opts.timeoutMs,
     });
     try {
-      const res = await client.request({
+      const res = await undiciRequest.call(client, {
         method: 'GET',
         path: url.pathname + url.search,
         headers: { 'user-agent': USER_AGENT, 'accept-encoding': 'gzip' },
