@@ -4,6 +4,7 @@ import type { Dispatcher } from 'undici';
 import { deadline } from '../pipeline/deadline';
 import { readCapped } from './read-capped';
 import { IdleBoundedPool } from './idle-bounded-pool';
+import { undiciRequest } from './undici-core';
 import { collect, CollectAborted, findHeader, type Collected } from './collect';
 import { mayBeNoEndpointAnswer, noEndpointReason, type NoEndpointReason } from './no-endpoint';
 import { CancelledError, TransportError, UPSTREAM_ERROR_BODY_CAP } from '../pipeline/errors';
@@ -131,7 +132,8 @@ export class PooledSideCallClient implements SideCallClient {
     const bound = opts.totalTimeoutMs && opts.totalTimeoutMs > 0 ? deadline(opts.signal, opts.totalTimeoutMs) : undefined;
     const signal = bound?.signal ?? opts.signal;
     try {
-      const res = await this.pool.request({
+      // undici's request API (what `Dispatcher.prototype.request` is once its index has loaded: undici-core.ts).
+      const res = await undiciRequest.call(this.pool, {
         method: 'POST',
         path: this.basePath + path,
         headers: sent.headers,
