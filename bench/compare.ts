@@ -50,9 +50,10 @@ const INTS = {
   c32Requests: { flag: 'c32-requests', default: 128, min: 0, max: 100_000, note: 'realistic, concurrency 32; 0 = skip' },
   streaming: { flag: 'streaming', default: 1, min: 0, max: 1, note: 'the streaming cases at c1/c8/c32; 0 = skip' },
   idleSeconds: { flag: 'idle-seconds', default: 10, min: 0, max: 600, note: 'idle CPU of each service; 0 = skip' },
-  // 10,000: V8 was still optimising our hot path after 1,500, the default before; a local stack at c8
-  // made 7-56 optimising compiles per 1,000 requests up to about 10,000 (README, Performance).
-  warmup: { flag: 'warmup', default: 10_000, min: 0, max: 100_000, note: 'requests per setup before a phase is measured (JIT, pools)' },
+  // 15,000: V8 marks a burst of our functions for TurboFan between requests 10,000 and 12,000
+  // (77 and 20 in those thousands, at most 5 in any thousand after), so a 10,000 warm-up left
+  // that burst in the concurrency-1 rounds (README, Performance, fifteenth round).
+  warmup: { flag: 'warmup', default: 15_000, min: 0, max: 100_000, note: 'requests per setup before a phase is measured (JIT, pools)' },
 } as const;
 
 const USAGE =
@@ -155,7 +156,7 @@ async function runTopology(topology: Topology, args: Args, say: (m: string) => v
       out[phase] = await runPhase(stack, cases, {
         rounds: args.rounds,
         warmup: args.warmup,
-        // Realistic requests take about a second: 256 at a time keep 10,000 of them to minutes a setup.
+        // Realistic requests take about a second: 256 at a time keep 15,000 of them to about a minute a setup.
         warmupConcurrency: phase === 'fast' ? 64 : 256,
         idleSeconds: args.idleSeconds,
         label: `${topology}/${phase}`,

@@ -203,17 +203,20 @@ export async function runPhase(stack: CompareStack, cases: readonly Case[], o: R
   let idle: Record<string, number> | null = null;
   const warmupCpu: Partial<Record<Setup, number | null>> = {};
   try {
-    // Warm-up until V8 has compiled the hot path: the first case at `warmupConcurrency`, then a few
-    // of every case, for every setup. V8 goes on optimising our service for about 10,000 requests
-    // (README, Performance); its compiles, on V8's worker threads, would otherwise be
-    // billed to the measured requests of a service that runs for days. Their cost is reported apart.
+    // Warm-up until V8 has compiled the hot path, for every setup: a few of every case, then the
+    // first case at `warmupConcurrency`. V8 goes on optimising our service for about 12,000 requests
+    // (README, Performance); its compiles, on V8's worker threads, would otherwise be billed to the
+    // measured requests of a service that runs for days. The few come first: a request of a new
+    // kind (the 20 MB body) deoptimises code that had not seen it, and the long run after it lets
+    // V8 compile that code again before the rounds, as a service that has seen every kind of
+    // request would have it. Their cost is reported apart.
     for (const s of setups) {
       const t = tally();
       const first = cases[0]!;
-      if (o.warmup > 0)
-        await runBlock({ ...first, stream: false, body: first.body, concurrency: o.warmupConcurrency }, s, stack, agent, t, o.warmup);
       for (const c of cases)
         if (setupsOf(stack, c).includes(s)) await runBlock(c, s, stack, agent, t, Math.min(c.requests, Math.max(c.concurrency, 2)));
+      if (o.warmup > 0)
+        await runBlock({ ...first, stream: false, body: first.body, concurrency: o.warmupConcurrency }, s, stack, agent, t, o.warmup);
       if (t.errors > 0) throw new Error(`warm-up failed: ${t.firstError}`);
       warmupCpu[s] = s === 'floor' ? null : round3((t.cpu.service * 1000) / t.total.length);
       o.say(`${o.label}: ${s} warmed up (${t.total.length} requests, service CPU ${warmupCpu[s] ?? '-'} ms/req)`);
