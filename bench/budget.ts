@@ -35,10 +35,10 @@ const INTS = {
   concurrency: { flag: 'concurrency', default: 8, min: 1, max: 256 },
   warmup: {
     flag: 'warmup',
-    default: 10_000,
+    default: 15_000,
     min: 0,
     max: 1_000_000,
-    note: 'per layer and setup, before the rounds: V8 goes on optimising a hot path for about 10,000 requests (README, compare)',
+    note: 'per layer and setup, before the rounds: V8 goes on optimising a hot path for about 12,000 requests (README, compare)',
   },
   gracefulClose: {
     flag: 'graceful-close',
