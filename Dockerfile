@@ -43,8 +43,10 @@ COPY config/coordinator.yaml ./config/coordinator.yaml
 USER 65532:65532
 # gRPC ext_proc (server.listen_addr) and Prometheus /metrics (server.metrics_addr, planned).
 EXPOSE 50051 9464
-# V8's young generation capped at 8 MiB a semi-space, and the old generation grown by half its live
-# size between full collections (README, Performance: memory). Node refuses the second in
-# NODE_OPTIONS, so it lives here; NODE_OPTIONS (the chart's nodeOptions) adds to both.
-ENTRYPOINT ["/nodejs/bin/node", "--max-semi-space-size=8", "--heap-growing-percent=50", "dist/src/main.js"]
+# V8's young generation capped at 4 MiB a semi-space, the old generation grown by half its live
+# size between full collections, and the memory reducer's collections without V8's reduce-memory
+# mode, which threw our optimised code away (launch/service-node-flags.ts; README, Performance:
+# memory). Node refuses the last two in NODE_OPTIONS, so they live here; NODE_OPTIONS (the chart's
+# nodeOptions) adds to them.
+ENTRYPOINT ["/nodejs/bin/node", "--max-semi-space-size=4", "--heap-growing-percent=50", "--no-memory-reducer-favors-memory", "dist/src/main.js"]
 CMD ["--config", "/etc/epd-coordinator/coordinator.yaml"]

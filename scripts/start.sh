@@ -28,8 +28,10 @@ while [ $# -gt 0 ]; do
     args+=("$a")
   fi
 done
-# V8's young generation capped at 8 MiB a semi-space (README, Performance: memory): by default it
+# V8's young generation capped at 4 MiB a semi-space (README, Performance: memory): by default it
 # grows to 64 MiB under load, which more than doubled our RSS for no CPU the bench could measure.
 # The old generation grows by half its live size between full collections (V8: up to 4x), which
-# kept RSS about 50 MB lower at the same CPU (README, Performance: memory).
-exec node --max-semi-space-size=8 --heap-growing-percent=50 dist/src/main.js "${args[@]}"
+# kept RSS about 50 MB lower at the same CPU. The memory reducer's collections, which V8 runs when
+# the service goes quiet, run without V8's reduce-memory mode, which threw our optimised code away
+# (launch/service-node-flags.ts).
+exec node --max-semi-space-size=4 --heap-growing-percent=50 --no-memory-reducer-favors-memory dist/src/main.js "${args[@]}"

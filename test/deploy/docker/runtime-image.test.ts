@@ -14,6 +14,7 @@ import { type Stage, execForm, last, parseDockerfile } from './dockerfile';
 import { DockerIgnore } from './dockerignore';
 import { type ReplayedStage, replay } from './replay';
 import { freePort, isListening } from '../../../launch/ports';
+import { SHIPPED_NODE_FLAGS } from '../../../launch/service-node-flags';
 
 const REPO_ROOT = path.resolve(__dirname, '../../..');
 const dockerfileText = fs.readFileSync(path.join(REPO_ROOT, 'Dockerfile'), 'utf8');
@@ -99,6 +100,16 @@ describe('Dockerfile', () => {
     expect(exposed).toEqual(expect.arrayContaining(['50051', '9464']));
     expect(execForm(last(runtimeStage, 'ENTRYPOINT')!.args)).toBeDefined();
     expect(execForm(last(runtimeStage, 'CMD')!.args)).toBeDefined();
+  });
+
+  test('the image and scripts/start.sh run node with the flags the benchmarks measure', () => {
+    // The benches and the local stack start the service with SHIPPED_NODE_FLAGS: what they measure
+    // is what operators run only while both entry points carry exactly those flags.
+    const entry = execForm(last(runtimeStage, 'ENTRYPOINT')!.args)!;
+    expect(entry.slice(1).filter((a) => a.startsWith('-'))).toEqual([...SHIPPED_NODE_FLAGS]);
+    const start = fs.readFileSync(path.join(REPO_ROOT, 'scripts/start.sh'), 'utf8');
+    const exec = /^exec node (.*) dist\/src\/main\.js /m.exec(start);
+    expect(exec?.[1]?.split(/\s+/)).toEqual([...SHIPPED_NODE_FLAGS]);
   });
 
   test('agrees with the Kubernetes Deployment on the user and the config path', () => {
