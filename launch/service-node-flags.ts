@@ -6,8 +6,9 @@
  * - the memory reducer's collections (V8 runs them once the service goes quiet) without V8's
  *   reduce-memory mode. In that mode V8 let go of our optimised code: after one, `--trace-opt`
  *   showed about 110 functions compiled again in the next 300 requests, and the first few hundred
- *   requests after any quiet spell cost up to twice the CPU they cost once compiled again. The collection still runs and
- *   shrinks the heap; the young generation's freed pages stay pooled, which the smaller cap bounds.
+ *   requests after any quiet spell cost up to twice the CPU they cost once compiled again. The
+ *   collection still runs and shrinks the heap; the young generation's freed pages stay pooled,
+ *   which the smaller cap bounds.
  * Node refuses the last two in NODE_OPTIONS: the image's entrypoint carries them. Benchmarks and the
  * local stack run the built service with these flags, so that they measure what operators run.
  */
