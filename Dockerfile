@@ -46,7 +46,7 @@ EXPOSE 50051 9464
 # V8's young generation capped at 4 MiB a semi-space, the old generation grown by half its live
 # size between full collections, and the memory reducer's collections without V8's reduce-memory
 # mode, which threw our optimised code away (launch/service-node-flags.ts; README, Performance:
-# memory). Node refuses the last two in NODE_OPTIONS, so they live here; NODE_OPTIONS (the chart's
-# nodeOptions) adds to them.
+# memory). Node refuses the last two in NODE_OPTIONS, so all three live here (the chart and config/k8s
+# set only the old generation's limit there); command-line flags win over NODE_OPTIONS.
 ENTRYPOINT ["/nodejs/bin/node", "--max-semi-space-size=4", "--heap-growing-percent=50", "--no-memory-reducer-favors-memory", "dist/src/main.js"]
 CMD ["--config", "/etc/epd-coordinator/coordinator.yaml"]

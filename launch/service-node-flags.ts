@@ -1,6 +1,6 @@
 /**
- * The node flags the service ships with (scripts/start.sh, the Dockerfile, the chart's
- * `nodeOptions`, config/k8s), README, Performance: memory:
+ * The node flags the service ships with (scripts/start.sh and the Dockerfile's entrypoint, which
+ * the chart and config/k8s run), README, Performance: memory:
  * - V8's young generation capped at 4 MiB a semi-space;
  * - its old generation grown by half its live size between full collections;
  * - the memory reducer's collections (V8 runs them once the service goes quiet) without V8's

@@ -434,7 +434,7 @@ const helmTitle = 'Helm chart charts/epd-coordinator';
       expect(c.image).toBe('registry.example.com/epd-coordinator:0.1.1');
       expect(c.imagePullPolicy).toBe('IfNotPresent');
       expect(c.env).toEqual([
-        { name: 'NODE_OPTIONS', value: '--max-old-space-size=1536 --max-semi-space-size=4' },
+        { name: 'NODE_OPTIONS', value: '--max-old-space-size=1536' },
         { name: 'OTEL_EXPORTER_OTLP_ENDPOINT', value: 'http://otel-collector:4317' },
       ]);
       const tuned = container(
