@@ -4,6 +4,14 @@ import { createConnection, createServer } from 'node:net';
 const LOOPBACK = '127.0.0.1';
 
 /**
+ * A loopback port nothing listens on, for a dead worker or service in a test: a connection is
+ * refused at once. Port 1, not a freePort(): that one is free only until another process of the
+ * suite is given it (a render address taken that way was answered with a 404). freePort() never
+ * returns it: the kernel hands out ephemeral ports only, and nothing here binds a privileged one.
+ */
+export const REFUSED_PORT = 1;
+
+/**
  * A port free on 127.0.0.1 right now. Racy by nature (another process may take it before we bind);
  * callers that hand it to a child process retry on a bind failure.
  */

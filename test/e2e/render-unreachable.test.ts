@@ -1,5 +1,6 @@
 /** A render service that cannot be reached fails the request with 502, through the real Envoy. */
 import { at, TestClient } from '../../launch/client';
+import { REFUSED_PORT } from '../../launch/ports';
 import { startStack, type Stack } from '../support/stack';
 
 describe.each(['full_duplex', 'buffered'] as const)('render unreachable (%s)', (bodyMode) => {
@@ -7,10 +8,7 @@ describe.each(['full_duplex', 'buffered'] as const)('render unreachable (%s)', (
   let client: TestClient;
 
   beforeAll(async () => {
-    // A loopback port nothing listens on: connection refused at once. Port 1, not a free
-    // ephemeral port: one picked with freePort() was handed out again to a process of this stack
-    // or of a test running beside it, which answered the render call with a 404.
-    const closedPort = 1;
+    const closedPort = REFUSED_PORT;
     stack = await startStack({
       bodyMode,
       steps: () => [

@@ -11,7 +11,7 @@
 import type { ServerResponse } from 'node:http';
 import { startSimulator, type FaultRule, type Simulator } from '../../sim/simulator';
 import { at, TestClient, type ClientResponse } from '../../launch/client';
-import { freePort, sleep } from '../../launch/ports';
+import { REFUSED_PORT, sleep } from '../../launch/ports';
 import { startStack, type Role, type Stack } from '../support/stack';
 import { ImageServer, PNG_BYTES } from '../unit/steps/media/image-server';
 import { expectIdle, expectOpenAiError, trackUnhandledRejections, UPSTREAM_SECRET } from './support/expect';
@@ -150,14 +150,12 @@ describe.each(['full_duplex', 'buffered'] as const)('fault matrix through Envoy 
   let stack: Stack;
   let client: TestClient;
   let images: ImageServer;
-  let deadPort: number;
   let rejections: ReturnType<typeof trackUnhandledRejections>;
   let seq = 0;
 
   beforeAll(async () => {
     rejections = trackUnhandledRejections();
     images = await new ImageServer().start();
-    deadPort = await freePort();
     stack = await startStack({
       bodyMode,
       gatewayTimeout: `${GATEWAY_TIMEOUT_MS}ms`,
@@ -228,7 +226,7 @@ describe.each(['full_duplex', 'buffered'] as const)('fault matrix through Envoy 
       const b = body(phase);
       if (fault === 'refused')
         (b['messages'] as Array<{ content: Array<{ image_url?: { url: string } }> }>)[0]!.content[1]!.image_url!.url =
-          `http://127.0.0.1:${deadPort}/img.png`;
+          `http://127.0.0.1:${REFUSED_PORT}/img.png`;
       return req(b);
     }
     const role = SIM_OF[phase];

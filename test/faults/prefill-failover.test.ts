@@ -6,7 +6,7 @@
  */
 import { startSimulator, type Simulator } from '../../sim/simulator';
 import { at, TestClient } from '../../launch/client';
-import { freePort } from '../../launch/ports';
+import { REFUSED_PORT } from '../../launch/ports';
 import { withClusterEndpoints } from './support/custom-envoy';
 import { startCustomStack, type CustomStack } from './support/custom-stack';
 import { createPrefillStep } from '../../src/steps/prefill';
@@ -111,15 +111,13 @@ describe('prefill failover through a gateway with two prefill workers', () => {
 describe('prefill failover: a worker that refuses connections', () => {
   let stack: CustomStack;
   let client: TestClient;
-  let deadPort: number;
 
   beforeAll(async () => {
-    deadPort = await freePort();
     stack = await startCustomStack({
       prefillWorkers: 1,
       kvConnector: 'kv-shared-storage',
       // The second endpoint of the prefill cluster is a port nobody listens on.
-      editEnvoy: (yaml, ctx) => withClusterEndpoints(yaml, 'prefill_workers', [ctx.prefill[0]!, `127.0.0.1:${deadPort}`]),
+      editEnvoy: (yaml, ctx) => withClusterEndpoints(yaml, 'prefill_workers', [ctx.prefill[0]!, `127.0.0.1:${REFUSED_PORT}`]),
     });
     client = new TestClient(stack.publicUrl);
   });

@@ -17,7 +17,7 @@ import { join } from 'node:path';
 import { EPP_STACK_MODEL, freeEppStackPorts, startEppStack, type EppStack } from '../../launch/epp-stack';
 import type { WorkerRole } from '../../launch/epp-topology';
 import { at, sseData, TestClient } from '../../launch/client';
-import { freePort } from '../../launch/ports';
+import { REFUSED_PORT } from '../../launch/ports';
 import {
   eventually,
   peerBin,
@@ -413,7 +413,7 @@ suite(`real peers: Envoy + llm-d EPP (file discovery) + llm-d-inference-sim + ll
     const reloads = () => (readFileSync(stack.logs['epp']!, 'utf8').match(/endpoints file changed, reloading/g) ?? []).length;
     const seen = reloads();
     // A worker that is listed but not up (nothing listens on its port).
-    stack.writeEndpoints([...before, { name: 'sim-late-0', role: 'prefill', address: '127.0.0.1', port: await freePort() }]);
+    stack.writeEndpoints([...before, { name: 'sim-late-0', role: 'prefill', address: '127.0.0.1', port: REFUSED_PORT }]);
     await eventually(reloads, (n) => n > seen, 'the EPP to reload the endpoints file', 10_000);
     // Longer than the EPP's refresh (250 ms) and staleness (2 s) windows.
     await new Promise((r) => setTimeout(r, 2500));

@@ -7,6 +7,7 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import type { AddressInfo, Socket } from 'node:net';
 import { collect, CollectAborted, type CollectOptions } from '../../../src/gateway/collect';
 import { GO_DEFAULT_MAX_IDLE_CONNS_PER_HOST, IdleBoundedPool } from '../../../src/gateway/idle-bounded-pool';
+import { REFUSED_PORT } from '../../../launch/ports';
 
 let server: Server;
 let origin: string;
@@ -175,7 +176,7 @@ test('a call refused before it is sent leaves the pool as it was', async () => {
 });
 
 test('a refused connection is not reused, and the next call connects afresh', async () => {
-  const dead = new IdleBoundedPool('http://127.0.0.1:1', { maxIdle: 2, idleTimeoutMs: 1000, connectTimeoutMs: 1000 });
+  const dead = new IdleBoundedPool(`http://127.0.0.1:${REFUSED_PORT}`, { maxIdle: 2, idleTimeoutMs: 1000, connectTimeoutMs: 1000 });
   pools.push(dead);
   await expect(collect(dead, post, options())).rejects.toThrow(/ECONNREFUSED/);
   await new Promise((r) => setImmediate(r));
