@@ -8,11 +8,10 @@ describe.each(['full_duplex', 'buffered'] as const)('render unreachable (%s)', (
   let client: TestClient;
 
   beforeAll(async () => {
-    const closedPort = REFUSED_PORT;
     stack = await startStack({
       bodyMode,
       steps: () => [
-        { type: 'render', params: { address: `http://127.0.0.1:${closedPort}`, timeout: '5s' } },
+        { type: 'render', params: { address: `http://127.0.0.1:${REFUSED_PORT}`, timeout: '5s' } },
         { type: 'prefill' },
         { type: 'decode' },
       ],
