@@ -8,21 +8,20 @@
  * 3.2 ms a second at idle), which a replica pays around the clock and which a low-traffic
  * replica pays per request. `Watch`, `List` and every other method stay on grpc-js.
  *
- * The answers are grpc-health-check's: the status for a known service name, NOT_FOUND
+ * The answers are grpc-js's health service's (grpc-health.ts): the status for a known service name, NOT_FOUND
  * ("Health status unknown for service <name>") for any other. A request this file does not take
  * whole (an encoding, a compressed or oversize message, bytes that are not a HealthCheckRequest)
  * gets the status grpc-js would give it.
  */
 import type * as http2 from 'node:http2';
 import { FRAME_HEADER_BYTES } from './grpc-framing';
+import { decodeCheckRequest, SERVING_STATUS, type ServingStatus } from './grpc-health';
 
 export const HEALTH_CHECK_PATH = '/grpc.health.v1.Health/Check';
 
 /** A service's status as the health service holds it, or undefined for an unknown name. */
-export type HealthLookup = (service: string) => keyof typeof SERVING_STATUS | undefined;
+export type HealthLookup = (service: string) => ServingStatus | undefined;
 
-/** HealthCheckResponse.ServingStatus */
-const SERVING_STATUS = { UNKNOWN: 0, SERVING: 1, NOT_SERVING: 2, SERVICE_UNKNOWN: 3 } as const;
 /** A service name is short; anything longer is not a health check. */
 const MAX_REQUEST_BYTES = 1024;
 const NOT_FOUND = 5;
@@ -91,32 +90,9 @@ export function serveHealthCheck(stream: http2.ServerHttp2Stream, lookup: Health
 function serviceOf(frame: Buffer): string | undefined {
   if (frame.length < FRAME_HEADER_BYTES || frame[0] !== 0) return undefined;
   if (frame.length !== FRAME_HEADER_BYTES + frame.readUInt32BE(1)) return undefined;
-  let service = '';
-  const at = { i: FRAME_HEADER_BYTES };
-  while (at.i < frame.length) {
-    const tag = varint(frame, at);
-    if (tag === undefined) return undefined;
-    const wire = tag & 7;
-    if (wire === 0) {
-      if (varint(frame, at) === undefined) return undefined;
-    } else if (wire === 2) {
-      const n = varint(frame, at);
-      if (n === undefined || at.i + n > frame.length) return undefined;
-      if (tag === 0x0a) service = frame.toString('utf8', at.i, at.i + n);
-      at.i += n;
-    } else return undefined; // no fixed-width field in this message
+  try {
+    return decodeCheckRequest(frame.subarray(FRAME_HEADER_BYTES)).service;
+  } catch {
+    return undefined;
   }
-  return service;
-}
-
-/** A varint of at most 4 bytes (the message is at most 1 KiB), or undefined. */
-function varint(buf: Buffer, at: { i: number }): number | undefined {
-  let value = 0;
-  for (let shift = 0; shift < 28; shift += 7) {
-    const b = buf[at.i++];
-    if (b === undefined) return undefined;
-    value |= (b & 0x7f) << shift;
-    if (b < 0x80) return value;
-  }
-  return undefined;
 }

@@ -19,7 +19,7 @@ import { DEFAULT_MAX_REQUEST_HEADERS } from './header-budget';
 import type { HealthLookup } from './lean-health';
 import { LeanTransport } from './lean-transport';
 import { ProcessStream, type ProcessCall } from './process-stream';
-import { extProcServiceDefinition, processCodec } from './proto';
+import { processCodec, serverServiceDefinition } from './proto';
 import type { ProcessingRequestIn, ProcessingResponseOut } from './wire';
 import { applySessionLimits, DEFAULT_SESSION_LIMITS, type SessionLimits } from './session-limits';
 
@@ -171,7 +171,7 @@ export function addExtProcService(server: grpc.Server, opts: ExtProcServiceOptio
   };
   // Typed here so that the compiler checks grpc-js's call against ProcessCall.
   const grpcJsProcess = (call: grpc.ServerDuplexStream<ProcessingRequestIn, ProcessingResponseOut>): void => process(call);
-  server.addService(extProcServiceDefinition(), { Process: grpcJsProcess });
+  server.addService(serverServiceDefinition(), { Process: grpcJsProcess });
   return {
     activeStreams: () => active,
     serve: process,

@@ -12,7 +12,7 @@
  * - all NOT_SERVING for good once draining starts.
  */
 import type * as grpc from '@grpc/grpc-js';
-import { HealthImplementation, type ServingStatus } from 'grpc-health-check';
+import { HealthStatuses, type ServingStatus } from '../extproc/grpc-health';
 import type { Logger } from 'pino';
 
 export const EXT_PROC_SERVICE_NAME = 'envoy.service.ext_proc.v3.ExternalProcessor';
@@ -58,11 +58,7 @@ async function runCheck(check: ReadinessCheck, timeoutMs: number): Promise<boole
 }
 
 export class HealthService {
-  private readonly impl = new HealthImplementation({ [LIVENESS_SERVICE_NAME]: 'NOT_SERVING', [EXT_PROC_SERVICE_NAME]: 'NOT_SERVING' });
-  private readonly statuses = new Map<string, ServingStatus>([
-    [LIVENESS_SERVICE_NAME, 'NOT_SERVING'],
-    [EXT_PROC_SERVICE_NAME, 'NOT_SERVING'],
-  ]);
+  private readonly statuses = new HealthStatuses({ [LIVENESS_SERVICE_NAME]: 'NOT_SERVING', [EXT_PROC_SERVICE_NAME]: 'NOT_SERVING' });
   private timer: NodeJS.Timeout | undefined;
   private polling = false;
   /** The first poll logs its result even when it leaves the status unchanged (NOT_SERVING). */
@@ -79,7 +75,7 @@ export class HealthService {
 
   /** Registers the Health service; call before the server binds. */
   addTo(server: grpc.Server): void {
-    this.impl.addToServer(server);
+    this.statuses.addTo(server);
   }
 
   /** Runs the checks once (so readiness is right from the first probe), then polls them. */
@@ -97,7 +93,7 @@ export class HealthService {
   drain(): void {
     this.draining = true;
     this.stopPolling();
-    for (const name of [...this.statuses.keys()]) this.set(name, 'NOT_SERVING');
+    for (const name of this.statuses.services()) this.set(name, 'NOT_SERVING');
   }
 
   stopPolling(): void {
@@ -145,6 +141,5 @@ export class HealthService {
   private set(service: string, status: ServingStatus): void {
     if (this.statuses.get(service) === status) return;
     this.statuses.set(service, status);
-    this.impl.setStatus(service, status);
   }
 }

@@ -3,15 +3,26 @@
  * the sentinels for the master and follows a promotion), or a Cluster (ioredis follows MOVED and a
  * failover's new slot map). The step, its subscriber and the test processor all build theirs here.
  */
-import Redis, { Cluster, type RedisOptions } from 'ioredis';
+import type * as IORedis from 'ioredis';
+import type { Cluster, Redis, RedisOptions } from 'ioredis';
 import { ioredisOptions, type RedisTarget } from './redis-url';
 
 export type RedisClient = Redis | Cluster;
+
+/**
+ * ioredis, required on the first client: the step registry loads every step type, and only a
+ * pipeline with the async broker needs Redis (ioredis's 40 modules are about 1 MB of heap in
+ * every other service).
+ */
+let ioredis: typeof IORedis | undefined;
+// eslint-disable-next-line @typescript-eslint/no-require-imports -- loaded on first use (above)
+const loadIORedis = (): typeof IORedis => (ioredis ??= require('ioredis') as typeof IORedis);
 
 const backoff = (times: number): number => Math.min(times * 100, 2000);
 
 /** The client for `t`, lazily connected; `overrides` adjust the command-connection defaults. */
 export function createRedisClient(t: RedisTarget, overrides: RedisOptions = {}): RedisClient {
+  const { Redis, Cluster } = loadIORedis();
   const base: RedisOptions = { ...ioredisOptions(t), ...overrides };
   const topology = t.topology;
   // Each server of a multi-host target has its own name, so TLS cannot pin the first host's.
@@ -58,5 +69,5 @@ export function createRedisClient(t: RedisTarget, overrides: RedisOptions = {}):
 }
 
 export function isCluster(c: RedisClient): c is Cluster {
-  return c instanceof Cluster;
+  return c instanceof loadIORedis().Cluster;
 }

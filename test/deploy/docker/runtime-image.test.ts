@@ -208,7 +208,15 @@ describe('runtime image layout (replayed)', () => {
 
   test('the service starts from the runtime folder with the shipped sample config, and stops on SIGTERM', async () => {
     const port = await freePort();
-    const child = spawn(process.execPath, [...entrypointScript(), '--config', 'config/coordinator.yaml'], {
+    // What the process loaded, written at exit: proto-loader, protobufjs and ioredis stay out of a
+    // service that needs none of them (README, Memory: they cost RSS for as long as it lives).
+    const loadedFile = path.join(tmp, 'loaded-packages.json');
+    const preload = path.join(tmp, 'record-loaded.js');
+    fs.writeFileSync(
+      preload,
+      `process.on('exit', () => require('node:fs').writeFileSync(${JSON.stringify(loadedFile)}, JSON.stringify(Object.keys(require.cache))));\n`,
+    );
+    const child = spawn(process.execPath, ['--require', preload, ...entrypointScript(), '--config', 'config/coordinator.yaml'], {
       cwd: app,
       env: cleanEnv({ COORDINATOR_SERVER_LISTEN_ADDR: `127.0.0.1:${port}`, COORDINATOR_SERVER_SHUTDOWN_TIMEOUT: '2s' }),
       stdio: ['ignore', 'pipe', 'pipe'],
@@ -228,6 +236,13 @@ describe('runtime image layout (replayed)', () => {
       expect({ listening: up, output }).toEqual({ listening: true, output: expect.any(String) });
       child.kill('SIGTERM');
       expect({ exitCode: await exited, output }).toEqual({ exitCode: 0, output: expect.any(String) });
+      const packages = new Set(
+        (JSON.parse(fs.readFileSync(loadedFile, 'utf8')) as string[]).flatMap(
+          (f) => /node_modules\/((?:@[^/]+\/)?[^/]+)/.exec(f)?.[1] ?? [],
+        ),
+      );
+      expect(packages).toContain('@grpc/grpc-js');
+      for (const pkg of ['@grpc/proto-loader', 'protobufjs', 'grpc-health-check', 'ioredis']) expect(packages).not.toContain(pkg);
     } finally {
       if (child.exitCode === null) child.kill('SIGKILL');
     }
