@@ -8,10 +8,10 @@
  * 3.2 ms a second at idle), which a replica pays around the clock and which a low-traffic
  * replica pays per request. `Watch`, `List` and every other method stay on grpc-js.
  *
- * The answers are grpc-js's health service's (grpc-health.ts): the status for a known service name, NOT_FOUND
- * ("Health status unknown for service <name>") for any other. A request this file does not take
- * whole (an encoding, a compressed or oversize message, bytes that are not a HealthCheckRequest)
- * gets the status grpc-js would give it.
+ * The answers are those of the health service on grpc-js (grpc-health.ts): the status for a known
+ * service name, NOT_FOUND ("Health status unknown for service <name>") for any other. A request
+ * this file does not take whole (an encoding, a compressed or oversize message, bytes that are not
+ * a HealthCheckRequest) gets the status grpc-js would give it.
  */
 import type * as http2 from 'node:http2';
 import { FRAME_HEADER_BYTES } from './grpc-framing';

@@ -209,7 +209,8 @@ describe('runtime image layout (replayed)', () => {
   test('the service starts from the runtime folder with the shipped sample config, and stops on SIGTERM', async () => {
     const port = await freePort();
     // What the process loaded, written at exit: proto-loader, protobufjs and ioredis stay out of a
-    // service that needs none of them (README, Memory: they cost RSS for as long as it lives).
+    // service that needs none of them (README, Memory: they cost RSS for as long as it lives), and
+    // grpc-health-check, a development dependency, is not even installed here.
     const loadedFile = path.join(tmp, 'loaded-packages.json');
     const preload = path.join(tmp, 'record-loaded.js');
     fs.writeFileSync(
