@@ -104,9 +104,12 @@ function decodeCheckResponse(buf: Buffer): CheckResponse {
   return { status };
 }
 
-/** A tag and a length below 2^14 (a service name and its entry are far shorter). */
+/** A field's tag (one byte here) and its length as a varint. */
 function lengthPrefixed(tag: number, length: number): Buffer {
-  return length < 0x80 ? Buffer.from([tag, length]) : Buffer.from([tag, (length & 0x7f) | 0x80, length >> 7]);
+  const bytes = [tag];
+  for (; length >= 0x80; length = Math.floor(length / 0x80)) bytes.push((length & 0x7f) | 0x80);
+  bytes.push(length);
+  return Buffer.from(bytes);
 }
 
 /** HealthListResponse: `statuses` (field 1), a map: one entry message per service (key 1, value 2). */

@@ -52,8 +52,15 @@ afterAll(() => {
 /** HealthCheckRequest{service} by hand: field 1, length-delimited. */
 function checkRequest(service: string): Buffer {
   const s = Buffer.from(service, 'utf8');
-  const len = s.length < 0x80 ? Buffer.from([s.length]) : Buffer.from([(s.length & 0x7f) | 0x80, s.length >> 7]);
-  return Buffer.concat([Buffer.from([0x0a]), len, s]);
+  const len: number[] = [];
+  for (let n = s.length; ; n = Math.floor(n / 0x80)) {
+    if (n < 0x80) {
+      len.push(n);
+      break;
+    }
+    len.push((n & 0x7f) | 0x80);
+  }
+  return Buffer.concat([Buffer.from([0x0a]), Buffer.from(len), s]);
 }
 
 interface Answer {
@@ -100,6 +107,24 @@ it('List: every status, as the library encodes it (and decodes with its own defi
     libraryService['List'] as grpc.MethodDefinition<object, { statuses: Record<string, { status: string }> }>
   ).responseDeserialize(Buffer.from(got.response!, 'hex'));
   expect(Object.fromEntries(Object.entries(decoded.statuses).map(([k, v]) => [k, v.status]))).toStrictEqual(STATUSES);
+});
+
+it('a name longer than 16 KiB (a three-byte length): Check and List as the library answers them', async () => {
+  const long = { ['x'.repeat(20_000)]: 'SERVING' as const };
+  const [a, b] = await Promise.all([serve(true, long), serve(false, long)]);
+  try {
+    for (const [method, message] of [
+      ['List', Buffer.alloc(0)],
+      ['Check', checkRequest('x'.repeat(20_000))],
+    ] as const) {
+      const [got, want] = await Promise.all([unary(a.port, method, message), unary(b.port, method, message)]);
+      expect(got.code).toBe(0);
+      expect(got).toStrictEqual(want);
+    }
+  } finally {
+    a.server.forceShutdown();
+    b.server.forceShutdown();
+  }
 });
 
 it('List of more than 100 services: RESOURCE_EXHAUSTED, as the library', async () => {
