@@ -15,7 +15,7 @@
  */
 import type * as http2 from 'node:http2';
 import { FRAME_HEADER_BYTES } from './grpc-framing';
-import { decodeCheckRequest, SERVING_STATUS, type ServingStatus } from './grpc-health';
+import { decodeCheckRequest, encodeCheckResponse, SERVING_STATUS, type ServingStatus } from './grpc-health';
 
 export const HEALTH_CHECK_PATH = '/grpc.health.v1.Health/Check';
 
@@ -34,10 +34,13 @@ const RESPONSE_HEADERS = Object.freeze({ ':status': 200, 'content-type': 'applic
 const ANSWER = Object.freeze({ waitForTrailers: true, sendDate: false });
 const FAILURE = Object.freeze({ endStream: true, sendDate: false });
 const OK_TRAILERS = Object.freeze({ 'grpc-status': '0', 'grpc-message': 'OK' });
-/** Each status's HealthCheckResponse, framed: `status` (field 1, a varint) and nothing else. */
+/** Each status's HealthCheckResponse as the grpc-js health service encodes it (grpc-health.ts), framed. */
 const ANSWERS = Object.fromEntries(
-  Object.entries(SERVING_STATUS).map(([name, n]) => [name, Buffer.from([0, 0, 0, 0, 2, 0x08, n])]),
-) as Record<keyof typeof SERVING_STATUS, Buffer>;
+  (Object.keys(SERVING_STATUS) as ServingStatus[]).map((name) => {
+    const message = encodeCheckResponse({ status: name });
+    return [name, Buffer.concat([Buffer.from([0, 0, 0, 0, message.length]), message])];
+  }),
+) as Record<ServingStatus, Buffer>;
 
 /** True when this file takes the stream (an identity-encoded gRPC request). */
 export function isLeanHealthCheck(headers: http2.IncomingHttpHeaders): boolean {
