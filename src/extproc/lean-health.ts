@@ -14,7 +14,7 @@
  * a HealthCheckRequest) gets the status grpc-js would give it.
  */
 import type * as http2 from 'node:http2';
-import { FRAME_HEADER_BYTES } from './grpc-framing';
+import { FRAME_HEADER_BYTES, frameMessage } from './grpc-framing';
 import { decodeCheckRequest, encodeCheckResponse, SERVING_STATUS, type ServingStatus } from './grpc-health';
 
 export const HEALTH_CHECK_PATH = '/grpc.health.v1.Health/Check';
@@ -36,10 +36,7 @@ const FAILURE = Object.freeze({ endStream: true, sendDate: false });
 const OK_TRAILERS = Object.freeze({ 'grpc-status': '0', 'grpc-message': 'OK' });
 /** Each status's HealthCheckResponse as the grpc-js health service encodes it (grpc-health.ts), framed. */
 const ANSWERS = Object.fromEntries(
-  (Object.keys(SERVING_STATUS) as ServingStatus[]).map((name) => {
-    const message = encodeCheckResponse({ status: name });
-    return [name, Buffer.concat([Buffer.from([0, 0, 0, 0, message.length]), message])];
-  }),
+  (Object.keys(SERVING_STATUS) as ServingStatus[]).map((name) => [name, frameMessage(encodeCheckResponse({ status: name }))]),
 ) as Record<ServingStatus, Buffer>;
 
 /** True when this file takes the stream (an identity-encoded gRPC request). */

@@ -53,13 +53,9 @@ afterAll(() => {
 function checkRequest(service: string): Buffer {
   const s = Buffer.from(service, 'utf8');
   const len: number[] = [];
-  for (let n = s.length; ; n = Math.floor(n / 0x80)) {
-    if (n < 0x80) {
-      len.push(n);
-      break;
-    }
-    len.push((n & 0x7f) | 0x80);
-  }
+  let n = s.length;
+  for (; n >= 0x80; n = Math.floor(n / 0x80)) len.push((n & 0x7f) | 0x80);
+  len.push(n);
   return Buffer.concat([Buffer.from([0x0a]), Buffer.from(len), s]);
 }
 
