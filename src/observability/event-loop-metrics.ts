@@ -13,16 +13,17 @@
  * exact and costs nothing between scrapes, so saturation never depends on sampling.
  */
 import { performance, type EventLoopUtilization } from 'node:perf_hooks';
-import { Gauge, collectDefaultMetrics, type Registry } from 'prom-client';
+import { Gauge, type Registry } from 'prom-client';
+import { registerDefaultProcessMetrics } from './process-metrics';
 
 /** Sampling interval of the event-loop-delay monitor behind `nodejs_eventloop_lag_*`, ms. */
 export const EVENT_LOOP_MONITORING_PRECISION_MS = 500;
 
 export const EVENT_LOOP_UTILIZATION = 'nodejs_eventloop_utilization_ratio';
 
-/** prom-client's default process metrics and the utilisation gauge, in `registry`. */
+/** prom-client's default process metrics (process-metrics.ts) and the utilisation gauge, in `registry`. */
 export function registerProcessMetrics(registry: Registry, precisionMs = EVENT_LOOP_MONITORING_PRECISION_MS): void {
-  collectDefaultMetrics({ register: registry, eventLoopMonitoringPrecision: precisionMs });
+  registerDefaultProcessMetrics(registry, precisionMs);
   registerEventLoopUtilization(registry);
 }
 

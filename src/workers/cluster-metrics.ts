@@ -6,9 +6,10 @@
  * `process_*` figures, so CPU and memory are the pod's, and its worker gauges.
  */
 import cluster from 'node:cluster';
-import { AggregatorRegistry, Counter, Gauge, Registry, collectDefaultMetrics, type Aggregator } from 'prom-client';
+import { AggregatorRegistry, Counter, Gauge, Registry, type Aggregator } from 'prom-client';
 import type { Logger } from 'pino';
 import type { MetricsSource } from '../observability/metrics-server';
+import { registerDefaultProcessMetrics } from '../observability/process-metrics';
 import { isMessage, type MetricsJson, type MetricsRequest, type MetricsResponse } from './messages';
 
 /** prom-client's own metrics whose sum over processes means nothing. */
@@ -51,7 +52,7 @@ export class ClusterMetrics implements MetricsSource {
       registers: [this.own],
     });
     // Event-loop lag of an idle primary would only dilute the workers' averages: it is filtered out below.
-    collectDefaultMetrics({ register: this.processOwn, eventLoopMonitoringPrecision: 1000 });
+    registerDefaultProcessMetrics(this.processOwn, 1000);
     cluster.on('message', (worker, message: unknown) => {
       if (!isMessage<MetricsResponse>(message, 'epd:metrics-response')) return;
       const scrape = this.pending.get(message.id);
