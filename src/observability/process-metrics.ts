@@ -3,10 +3,9 @@
  * counts every collection.
  *
  * Why: prom-client's gc metric reads only the first entry of each PerformanceObserver callback, and
- * Node hands an observer every entry queued since its last callback. Collections close together
- * (a scavenge during incremental marking, the marking's steps and its finish) arrive together: in a
- * loop that allocates hard, 1,288 collections came in 1,014 callbacks, so that metric missed a fifth
- * of them, and their time. The replacement has the same name, help, `kind` label and buckets.
+ * Node hands an observer every entry queued since its last callback, so collections close together
+ * arrive together: in a loop that allocates hard, 1,288 collections came in 1,014 callbacks, and that
+ * metric missed a fifth of them, and their time. The replacement has the same name, help, `kind` label and buckets.
  *
  * prom-client exports only `collectDefaultMetrics`, which registers all of its metrics, gc included,
  * so the others are registered here from prom-client's own modules. The lockfile pins its version;
