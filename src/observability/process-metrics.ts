@@ -5,33 +5,22 @@
  * Why: prom-client's gc metric reads only the first entry of each PerformanceObserver callback, and
  * Node hands an observer every entry queued since its last callback, so collections close together
  * arrive together: in a loop that allocates hard, 1,288 collections came in 1,014 callbacks, and that
- * metric missed a fifth of them, and their time. The replacement has the same name, help, `kind` label and buckets.
+ * metric missed a fifth of them, and their time. The replacement has the same name, help, `kind`
+ * label and buckets.
  *
  * prom-client exports only `collectDefaultMetrics`, which registers all of its metrics, gc included,
- * so the others are registered here from prom-client's own modules. The lockfile pins its version;
- * test/unit/observability/process-metrics.test.ts checks that the list below and gc are exactly
- * prom-client's `metricsList`, so an upgrade that adds a metric fails there instead of dropping it.
+ * so the others are registered here from prom-client's own modules, by the names in its
+ * `metricsList` (one module per name). The lockfile pins its version;
+ * test/unit/observability/process-metrics.test.ts checks that the result is the metrics
+ * `collectDefaultMetrics` registers, by name.
  */
 import { constants, PerformanceObserver, type PerformanceEntry } from 'node:perf_hooks';
-import { Histogram, type Registry } from 'prom-client';
+import { Histogram, collectDefaultMetrics, type Registry } from 'prom-client';
 
 type DefaultMetric = (registry: Registry, config: { eventLoopMonitoringPrecision: number }) => void;
 
 /** prom-client's default metrics but `gc`, by their `metricsList` names. */
-export const DEFAULT_METRICS_BUT_GC = [
-  'processCpuTotal',
-  'processStartTime',
-  'osMemoryHeap',
-  'processOpenFileDescriptors',
-  'processMaxFileDescriptors',
-  'eventLoopLag',
-  'processResources',
-  'processHandles',
-  'processRequests',
-  'heapSizeAndUsed',
-  'heapSpacesSizeAndUsed',
-  'version',
-] as const;
+export const DEFAULT_METRICS_BUT_GC: readonly string[] = collectDefaultMetrics.metricsList.filter((name) => name !== 'gc');
 
 export const GC_DURATION = 'nodejs_gc_duration_seconds';
 
