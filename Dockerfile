@@ -45,8 +45,10 @@ USER 65532:65532
 EXPOSE 50051 9464
 # V8's young generation capped at 4 MiB a semi-space, the old generation grown by half its live
 # size between full collections, and the memory reducer's collections without V8's reduce-memory
-# mode, which threw our optimised code away (launch/service-node-flags.ts; README, Performance:
-# memory). Node refuses the last two in NODE_OPTIONS, so all three live here (the chart and config/k8s
-# set only the old generation's limit there); command-line flags win over NODE_OPTIONS.
-ENTRYPOINT ["/nodejs/bin/node", "--max-semi-space-size=4", "--heap-growing-percent=50", "--no-memory-reducer-favors-memory", "dist/src/main.js"]
+# mode, which threw our optimised code away, and no allocation-site pretenuring, which after a burst
+# of load put the request path's short-lived objects straight into the old generation
+# (launch/service-node-flags.ts; README, Performance: memory). Node refuses all but the first in
+# NODE_OPTIONS, so all four live here (the chart and config/k8s set only the old generation's limit
+# there); command-line flags win over NODE_OPTIONS.
+ENTRYPOINT ["/nodejs/bin/node", "--max-semi-space-size=4", "--heap-growing-percent=50", "--no-memory-reducer-favors-memory", "--no-allocation-site-pretenuring", "dist/src/main.js"]
 CMD ["--config", "/etc/epd-coordinator/coordinator.yaml"]
