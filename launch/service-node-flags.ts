@@ -15,9 +15,12 @@
  *   full collections reclaim them, and while they wait they keep the young objects they point to
  *   alive through two scavenges, into the old generation too. On the deploy stack at concurrency 8
  *   that was 9 to 16 full collections per 4,000 requests; without pretenuring, 1 or 2, and the
- *   service's CPU a request 0.66x Go's against 0.90x (README, What was tried: twenty-second round).
- * Node refuses all but the first in NODE_OPTIONS: the image's entrypoint carries them. Benchmarks and the
- * local stack run the built service with these flags, so that they measure what operators run.
+ *   service's CPU a request 0.66x Go's against 0.90x. Interleaved runs of concurrency 1, the 20 MB
+ *   body and realistic workers found no case that pays for it (README, What was tried: the
+ *   twenty-second and twenty-third rounds).
+ * Node refuses all but the first in NODE_OPTIONS: the image's entrypoint carries them. Benchmarks
+ * and the local stack run the built service with these flags, so that they measure what operators
+ * run.
  */
 export const SHIPPED_NODE_FLAGS: readonly string[] = [
   '--max-semi-space-size=4',
